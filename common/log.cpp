@@ -1,0 +1,71 @@
+#include "common/log.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+
+namespace dtrain::log {
+
+namespace {
+
+struct State {
+  int rank = 0;
+  Level level = Level::kInfo;
+  bool all_ranks = false;
+  std::ofstream file;
+  std::mutex mutex;
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+const char* prefix(Level level) {
+  switch (level) {
+    case Level::kDebug: return "debug: ";
+    case Level::kInfo: return "";
+    case Level::kWarn: return "warning: ";
+    case Level::kError: return "error: ";
+  }
+  return "";
+}
+
+}  // namespace
+
+void configure(int rank, Level level, bool all_ranks) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.rank = rank;
+  s.level = level;
+  s.all_ranks = all_ranks;
+}
+
+void open_file(const std::string& path) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  s.file.open(path, std::ios::app);
+}
+
+void write(Level level, const std::string& message) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.file.is_open()) {
+    s.file << prefix(level) << message << '\n';
+    s.file.flush();
+  }
+  if (level < s.level) return;
+  const bool to_terminal = s.rank == 0 || s.all_ranks || level >= Level::kWarn;
+  if (!to_terminal) return;
+  FILE* stream = level >= Level::kWarn ? stderr : stdout;
+  if (s.rank != 0) {
+    std::fprintf(stream, "[rank %d] %s%s\n", s.rank, prefix(level), message.c_str());
+  } else {
+    std::fprintf(stream, "%s%s\n", prefix(level), message.c_str());
+  }
+  std::fflush(stream);
+}
+
+}  // namespace dtrain::log

@@ -1,0 +1,36 @@
+// Logging: rank 0 writes to the terminal; every rank can also write to its own log file.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <string>
+
+namespace dtrain::log {
+
+enum class Level { kDebug, kInfo, kWarn, kError };
+
+// Messages below `level` are dropped. Ranks other than 0 print only warnings and errors
+// to stderr unless `all_ranks` is set; everything always reaches the rank's log file.
+void configure(int rank, Level level, bool all_ranks = false);
+// Also append every message to `path` (created with its parent directory).
+void open_file(const std::string& path);
+void write(Level level, const std::string& message);
+
+template <typename... Args>
+void info(fmt::format_string<Args...> format, Args&&... args) {
+  write(Level::kInfo, fmt::format(format, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void warn(fmt::format_string<Args...> format, Args&&... args) {
+  write(Level::kWarn, fmt::format(format, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void error(fmt::format_string<Args...> format, Args&&... args) {
+  write(Level::kError, fmt::format(format, std::forward<Args>(args)...));
+}
+template <typename... Args>
+void debug(fmt::format_string<Args...> format, Args&&... args) {
+  write(Level::kDebug, fmt::format(format, std::forward<Args>(args)...));
+}
+
+}  // namespace dtrain::log

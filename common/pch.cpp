@@ -1,0 +1,1 @@
+// Compiles common/pch.h into the precompiled header that every dtrain target reuses.

@@ -1,0 +1,43 @@
+// The dataset contract: indexed samples, decoded, transformed and normalised on request.
+#pragma once
+
+#include "data/options.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace dtrain::data {
+
+enum class Split { kTrain, kTest };
+
+struct SampleShape {
+  int64_t channels;
+  int64_t height;
+  int64_t width;
+  int64_t numel() const { return channels * height * width; }
+};
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual int64_t size() const = 0;
+  virtual int64_t num_classes() const = 0;
+  // Shape of every sample written by get().
+  virtual SampleShape shape() const = 0;
+  // Writes sample `index` as normalised float32 CHW into out[0, shape().numel()) and returns
+  // its label. `seed` drives augmentation, so a sample's transform depends only on
+  // (run seed, epoch, index), never on the thread or rank that loads it.
+  // Thread-safe: loader workers call it concurrently. Throws UserError on unreadable input.
+  virtual int64_t get(int64_t index, float* out, uint64_t seed) const = 0;
+  // The data lives on the device already (synthetic): the loader hands out device batches.
+  virtual bool on_device() const { return false; }
+};
+
+// Opens the dataset named by options.dataset for `split`; validates files up front and
+// throws UserError naming the file and the problem (missing, truncated, corrupt).
+std::unique_ptr<Dataset> open_dataset(const DataOptions& options, Split split);
+
+std::string dataset_names();
+
+}  // namespace dtrain::data

@@ -1,0 +1,42 @@
+// Options of the data pipeline (config section [data]).
+#pragma once
+
+#include "common/error.h"
+
+#include <cstdint>
+#include <string>
+
+namespace dtrain::data {
+
+struct DataOptions {
+  // "fashion_mnist" or "mnist" (IDX files), "cifar10" (binary batches),
+  // "image_folder" (one sub-folder per class, JPEG/PNG via OpenCV), "synthetic".
+  std::string dataset = "fashion_mnist";
+  // Directory holding the dataset files (image_folder: holding train/ and val/).
+  std::string path = "/usr/share/datasets/fashion-mnist";
+  // Images per rank per micro-step. Global batch = batch_size x world x grad_accum.
+  int64_t batch_size = 128;
+  // Evaluation batch per rank.
+  int64_t eval_batch_size = 512;
+  // Loader threads decoding and augmenting; 0 prepares batches on the training thread.
+  int64_t num_workers = 2;
+  // Batches prepared ahead of the one being trained on (bounds host memory).
+  int64_t prefetch = 4;
+  // Shuffle the training set every epoch (seeded: same order for any world size).
+  bool shuffle = true;
+  // Training augmentation: random crop + flip (CIFAR-10), random-resized-crop + flip
+  // (image folder); Fashion-MNIST/MNIST are not augmented.
+  bool augment = true;
+  // image_folder: side of the square training crop; evaluation resizes to 1.14x and
+  // center-crops this size.
+  int64_t image_size = 224;
+  // synthetic: samples per epoch, classes, channels and image side.
+  int64_t synthetic_samples = 1281167;
+  int64_t synthetic_classes = 1000;
+  int64_t synthetic_channels = 3;
+  int64_t synthetic_image_size = 224;
+
+  FieldErrors validate() const;
+};
+
+}  // namespace dtrain::data

@@ -1,0 +1,50 @@
+// The strategy seam: the training loop calls a Strategy at fixed points and knows nothing
+// else of how workers cooperate. `single` (one rank, no communication) is a strategy too.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dtrain::dist {
+
+// Builds the optimizer over whichever tensors the strategy decides to update locally
+// (the whole model, a rank's shard, nothing on a PS worker).
+using OptimizerFactory =
+    std::function<std::unique_ptr<torch::optim::Optimizer>(const std::vector<torch::Tensor>&)>;
+
+// Counters of one step, reported in the metrics under comm/ and mem/.
+struct StepStats {
+  int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+  double comm_ms = 0.0;     // time spent in communication
+  double exposed_ms = 0.0;  // communication the compute did not hide
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual std::string name() const = 0;
+  // Takes ownership of the training state: synchronises initial weights, builds the optimizer.
+  virtual void attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) = 0;
+  // Before the first forward of step `step`.
+  virtual void before_forward(int64_t step) { (void)step; }
+  // After each micro-step's backward; `last_micro_step` marks the one whose gradients
+  // complete the step (gradient accumulation communicates only then).
+  virtual void after_backward(bool last_micro_step) { (void)last_micro_step; }
+  // Tensors whose .grad() holds the step's final gradients once after_backward(true) returned
+  // (what loss scaling must unscale and check).
+  virtual std::vector<torch::Tensor> gradient_owners() = 0;
+  // The update, with learning rate `lr`, then gradients are cleared for the next step.
+  virtual void step(double lr) = 0;
+  // Optimizer state this rank holds, written under / read from checkpoint directory `dir`.
+  virtual void save(const std::string& dir) const = 0;
+  virtual void load(const std::string& dir) = 0;
+  virtual StepStats stats() const { return {}; }
+};
+
+}  // namespace dtrain::dist

@@ -1,0 +1,27 @@
+// Options of the model registry (config section [model]).
+#pragma once
+
+#include "common/error.h"
+
+#include <cstdint>
+#include <string>
+
+namespace dtrain::models {
+
+struct ModelOptions {
+  // "simple_cnn", "resnet18", "resnet34" or "resnet50".
+  std::string name = "simple_cnn";
+  // 0: take the dataset's number of classes.
+  int64_t num_classes = 0;
+  // ResNet stem: "auto" picks "small" for inputs up to 64 px, else "imagenet".
+  // "imagenet": 7x7/2 conv + 3x3/2 max-pool (torchvision). "small": 3x3/1 conv, no pool.
+  std::string stem = "auto";
+  // Zero-init the last BatchNorm gamma of every residual block (Goyal et al. 2017).
+  bool zero_init_residual = false;
+  // SimpleCNN width (channels of the first conv; the second has twice as many).
+  int64_t width = 32;
+
+  FieldErrors validate() const;
+};
+
+}  // namespace dtrain::models

@@ -1,0 +1,23 @@
+// Builds torch optimizers from OptimizerOptions, on any set of tensors (a whole model,
+// a rank's shard, a server's shard), with weight-decay parameter groups.
+#pragma once
+
+#include "optim/options.h"
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dtrain::optim {
+
+// Group 0: tensors that take weight decay; group 1 (when decay_norm_and_bias is false):
+// 1-D tensors (biases, BatchNorm affine), without it.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& options,
+                                                        const std::vector<torch::Tensor>& params);
+
+// Sets the learning rate of every parameter group.
+void set_lr(torch::optim::Optimizer& optimizer, double lr);
+
+}  // namespace dtrain::optim

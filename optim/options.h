@@ -1,0 +1,43 @@
+// Options of the optimizer and the learning-rate schedule (config sections [optim], [schedule]).
+#pragma once
+
+#include "common/error.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dtrain::optim {
+
+struct OptimizerOptions {
+  // "sgd" (momentum, optional Nesterov) or "adamw".
+  std::string name = "sgd";
+  // Peak learning rate, reached at the end of warmup.
+  double lr = 0.1;
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 5e-4;
+  // Apply weight decay to biases and normalisation parameters (1-D tensors) too.
+  bool decay_norm_and_bias = true;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+
+  FieldErrors validate() const;
+};
+
+struct ScheduleOptions {
+  // After warmup: "cosine" (to min_lr at the last step), "step" (x gamma at each
+  // milestone epoch) or "constant".
+  std::string decay = "cosine";
+  // Linear warmup from lr x warmup_start_factor to lr, in epochs (fractions allowed).
+  double warmup_epochs = 0.0;
+  double warmup_start_factor = 0.1;
+  std::vector<int64_t> milestones = {30, 60, 80};
+  double gamma = 0.1;
+  double min_lr = 0.0;
+
+  FieldErrors validate() const;
+};
+
+}  // namespace dtrain::optim

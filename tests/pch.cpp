@@ -1,0 +1,1 @@
+// Compiles tests/pch.h into the precompiled header of the test binary.
