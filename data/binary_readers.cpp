@@ -1,0 +1,308 @@
+// Readers of datasets that fit in memory as uint8: IDX (Fashion-MNIST, MNIST) and the
+// CIFAR-10 binary batches. Files are read and validated once, when the dataset is opened.
+#include "common/error.h"
+#include "data/random.h"
+#include "data/readers.h"
+
+#include <fmt/format.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace dtrain::data {
+
+namespace fs = std::filesystem;
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  gzFile file = gzopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    throw UserError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  }
+  gzbuffer(file, 1 << 17);
+  std::vector<uint8_t> bytes;
+  constexpr size_t kChunk = size_t{1} << 20;
+  int got = 0;
+  do {
+    const size_t old_size = bytes.size();
+    bytes.resize(old_size + kChunk);
+    got = gzread(file, bytes.data() + old_size, static_cast<unsigned>(kChunk));
+    bytes.resize(old_size + static_cast<size_t>(std::max(got, 0)));
+  } while (got > 0);
+  int code = Z_OK;
+  const std::string message = gzerror(file, &code);
+  const int saved_errno = errno;
+  gzclose(file);
+  if (code == Z_BUF_ERROR) {
+    throw UserError(fmt::format("{}: truncated: the gzip stream ends after {} bytes; "
+                                "download the file again",
+                                path, bytes.size()));
+  }
+  if (code == Z_ERRNO) {
+    throw UserError(fmt::format("{}: cannot read: {}", path, std::strerror(saved_errno)));
+  }
+  if (code != Z_OK || got < 0) {
+    throw UserError(fmt::format("{}: corrupt gzip data ({}); download the file again", path,
+                                message));
+  }
+  bytes.shrink_to_fit();
+  return bytes;
+}
+
+PixelTable make_pixel_table(const std::array<double, 3>& mean, const std::array<double, 3>& std) {
+  PixelTable table{};
+  for (size_t c = 0; c < 3; ++c) {
+    for (int v = 0; v < 256; ++v) {
+      table.lut[c][static_cast<size_t>(v)] = static_cast<float>((v / 255.0 - mean[c]) / std[c]);
+    }
+  }
+  return table;
+}
+
+namespace {
+
+uint32_t read_be32(const std::vector<uint8_t>& bytes, size_t offset) {
+  return (uint32_t{bytes[offset]} << 24) | (uint32_t{bytes[offset + 1]} << 16) |
+         (uint32_t{bytes[offset + 2]} << 8) | uint32_t{bytes[offset + 3]};
+}
+
+const char* holds(const std::string& path) {
+  return path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0 ? "holds (gunzipped)"
+                                                                          : "holds";
+}
+
+// `dir/name`, or else `dir/name.gz`; UserError with `hint` when neither exists.
+std::string find_idx_file(const std::string& dir, const std::string& name,
+                          const std::string& hint) {
+  const fs::path plain = fs::path(dir) / name;
+  if (fs::is_regular_file(plain)) return plain.string();
+  const fs::path gz = fs::path(dir) / (name + ".gz");
+  if (fs::is_regular_file(gz)) return gz.string();
+  throw UserError(fmt::format("{}: not found (nor {}); {}", gz.string(), name, hint));
+}
+
+constexpr uint32_t kIdxImageMagic = 2051;  // 0x00000803: unsigned byte, 3 dimensions
+constexpr uint32_t kIdxLabelMagic = 2049;  // 0x00000801: unsigned byte, 1 dimension
+constexpr int64_t kNumDigitClasses = 10;
+
+// IDX images [count, rows, cols] and labels [count], kept as the files' bytes.
+class IdxDataset : public Dataset {
+ public:
+  IdxDataset(const std::string& images_path, const std::string& labels_path, double mean,
+             double std)
+      : images_(read_file(images_path)), labels_(read_file(labels_path)),
+        table_(make_pixel_table({mean, mean, mean}, {std, std, std})) {
+    check_images(images_path);
+    check_labels(labels_path, images_path);
+  }
+
+  int64_t size() const override { return count_; }
+  int64_t num_classes() const override { return kNumDigitClasses; }
+  SampleShape shape() const override { return {1, rows_, cols_}; }
+
+  int64_t get(int64_t index, float* out, uint64_t /*seed*/) const override {
+    const int64_t numel = rows_ * cols_;
+    const uint8_t* pixels = images_.data() + 16 + index * numel;
+    const auto& lut = table_.lut[0];
+    for (int64_t j = 0; j < numel; ++j) out[j] = lut[pixels[j]];
+    return labels_[static_cast<size_t>(8 + index)];
+  }
+
+ private:
+  void check_images(const std::string& path) {
+    if (images_.size() < 16) {
+      throw UserError(fmt::format("{}: truncated: {} bytes, shorter than the 16-byte IDX "
+                                  "image header",
+                                  path, images_.size()));
+    }
+    const uint32_t magic = read_be32(images_, 0);
+    if (magic != kIdxImageMagic) {
+      throw UserError(fmt::format("{}: bad magic number {} (expected {}): not an IDX image "
+                                  "file; check data.path and the file names",
+                                  path, magic, kIdxImageMagic));
+    }
+    count_ = read_be32(images_, 4);
+    rows_ = read_be32(images_, 8);
+    cols_ = read_be32(images_, 12);
+    if (count_ < 1 || rows_ < 1 || cols_ < 1 || rows_ > 4096 || cols_ > 4096) {
+      throw UserError(fmt::format("{}: corrupt header: {} images of {}x{}", path, count_, rows_,
+                                  cols_));
+    }
+    const auto expected = static_cast<uint64_t>(16 + count_ * rows_ * cols_);
+    if (images_.size() != expected) {
+      throw UserError(fmt::format("{}: {}: header promises {} images of {}x{} ({} bytes), file "
+                                  "{} {} bytes",
+                                  path, images_.size() < expected ? "truncated" : "corrupt",
+                                  count_, rows_, cols_, expected, holds(path), images_.size()));
+    }
+  }
+
+  void check_labels(const std::string& path, const std::string& images_path) const {
+    if (labels_.size() < 8) {
+      throw UserError(fmt::format("{}: truncated: {} bytes, shorter than the 8-byte IDX "
+                                  "label header",
+                                  path, labels_.size()));
+    }
+    const uint32_t magic = read_be32(labels_, 0);
+    if (magic != kIdxLabelMagic) {
+      throw UserError(fmt::format("{}: bad magic number {} (expected {}): not an IDX label "
+                                  "file; check data.path and the file names",
+                                  path, magic, kIdxLabelMagic));
+    }
+    const int64_t count = read_be32(labels_, 4);
+    if (count != count_) {
+      throw UserError(fmt::format("{}: {} labels, but {} holds {} images; both files must come "
+                                  "from the same release and split",
+                                  path, count, images_path, count_));
+    }
+    const auto expected = static_cast<uint64_t>(8 + count);
+    if (labels_.size() != expected) {
+      throw UserError(fmt::format("{}: {}: header promises {} labels ({} bytes), file {} {} "
+                                  "bytes",
+                                  path, labels_.size() < expected ? "truncated" : "corrupt",
+                                  count, expected, holds(path), labels_.size()));
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t label = labels_[static_cast<size_t>(8 + i)];
+      if (label >= kNumDigitClasses) {
+        throw UserError(fmt::format("{}: corrupt: label {} of sample {} is not below {}", path,
+                                    label, i, kNumDigitClasses));
+      }
+    }
+  }
+
+  std::vector<uint8_t> images_;  // 16-byte header, then [count, rows, cols]
+  std::vector<uint8_t> labels_;  // 8-byte header, then [count]
+  PixelTable table_;
+  int64_t count_ = 0;
+  int64_t rows_ = 0;
+  int64_t cols_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Dataset> open_idx(const DataOptions& options, Split split) {
+  const bool fashion = options.dataset == "fashion_mnist";
+  const std::string hint =
+      fashion ? "install Debian package dataset-fashion-mnist, or set data.path"
+              : "download the four MNIST IDX files (gzip or plain) there, or set data.path";
+  const std::string prefix = split == Split::kTrain ? "train" : "t10k";
+  const std::string images = find_idx_file(options.path, prefix + "-images-idx3-ubyte", hint);
+  const std::string labels = find_idx_file(options.path, prefix + "-labels-idx1-ubyte", hint);
+  // Mean and standard deviation of the training pixels, in [0, 1].
+  return fashion ? std::make_unique<IdxDataset>(images, labels, 0.2860, 0.3530)
+                 : std::make_unique<IdxDataset>(images, labels, 0.1307, 0.3081);
+}
+
+namespace {
+
+constexpr int64_t kCifarSide = 32;
+constexpr int64_t kCifarPixels = 3 * kCifarSide * kCifarSide;  // CHW: 1024 R, 1024 G, 1024 B
+constexpr int64_t kCifarRecord = 1 + kCifarPixels;             // label byte, then pixels
+constexpr int64_t kCifarClasses = 10;
+constexpr int64_t kCifarPad = 4;
+
+// CIFAR-10 in memory: labels [n] and pixels [n, 3, 32, 32], uint8.
+class Cifar10Dataset : public Dataset {
+ public:
+  Cifar10Dataset(const std::vector<std::string>& files, bool augment)
+      : augment_(augment),
+        table_(make_pixel_table({0.4914, 0.4822, 0.4465}, {0.2470, 0.2435, 0.2616})) {
+    for (const std::string& file : files) append(file);
+  }
+
+  int64_t size() const override { return static_cast<int64_t>(labels_.size()); }
+  int64_t num_classes() const override { return kCifarClasses; }
+  SampleShape shape() const override { return {3, kCifarSide, kCifarSide}; }
+
+  // Training: random 32x32 crop of the image zero-padded by 4 pixels, then a horizontal
+  // flip with probability 1/2 (torchvision RandomCrop(32, padding=4) + RandomHorizontalFlip).
+  int64_t get(int64_t index, float* out, uint64_t seed) const override {
+    const uint8_t* pixels = pixels_.data() + index * kCifarPixels;
+    int64_t dy = kCifarPad;
+    int64_t dx = kCifarPad;
+    bool flip = false;
+    if (augment_) {
+      Rng rng(seed);
+      dy = static_cast<int64_t>(rng.below(2 * kCifarPad + 1));
+      dx = static_cast<int64_t>(rng.below(2 * kCifarPad + 1));
+      flip = rng.below(2) == 1;
+    }
+    for (int64_t c = 0; c < 3; ++c) {
+      const auto& lut = table_.lut[static_cast<size_t>(c)];
+      const uint8_t* plane = pixels + c * kCifarSide * kCifarSide;
+      for (int64_t y = 0; y < kCifarSide; ++y) {
+        float* row = out + (c * kCifarSide + y) * kCifarSide;
+        const int64_t sy = y + dy - kCifarPad;
+        for (int64_t x = 0; x < kCifarSide; ++x) {
+          const int64_t sx = (flip ? kCifarSide - 1 - x : x) + dx - kCifarPad;
+          const bool inside = sy >= 0 && sy < kCifarSide && sx >= 0 && sx < kCifarSide;
+          row[x] = lut[inside ? plane[sy * kCifarSide + sx] : 0];
+        }
+      }
+    }
+    return labels_[static_cast<size_t>(index)];
+  }
+
+ private:
+  void append(const std::string& path) {
+    const std::vector<uint8_t> bytes = read_file(path);
+    const auto size = static_cast<int64_t>(bytes.size());
+    if (size == 0 || size % kCifarRecord != 0) {
+      throw UserError(fmt::format("{}: truncated: {} bytes is not a whole number of {}-byte "
+                                  "records (1 label + 3072 pixels); download the file again",
+                                  path, size, kCifarRecord));
+    }
+    const int64_t count = size / kCifarRecord;
+    const size_t first = labels_.size();
+    labels_.resize(first + static_cast<size_t>(count));
+    pixels_.resize(labels_.size() * static_cast<size_t>(kCifarPixels));
+    for (int64_t r = 0; r < count; ++r) {
+      const uint8_t* record = bytes.data() + r * kCifarRecord;
+      if (record[0] >= kCifarClasses) {
+        throw UserError(fmt::format("{}: corrupt: record {} has label {}, not below {} (is this "
+                                    "the CIFAR-100 file?)",
+                                    path, r, record[0], kCifarClasses));
+      }
+      labels_[first + static_cast<size_t>(r)] = record[0];
+      std::memcpy(pixels_.data() + (static_cast<int64_t>(first) + r) * kCifarPixels, record + 1,
+                  kCifarPixels);
+    }
+  }
+
+  bool augment_;
+  PixelTable table_;
+  std::vector<uint8_t> labels_;
+  std::vector<uint8_t> pixels_;
+};
+
+}  // namespace
+
+std::unique_ptr<Dataset> open_cifar10(const DataOptions& options, Split split) {
+  std::vector<std::string> names;
+  if (split == Split::kTrain) {
+    for (int i = 1; i <= 5; ++i) names.push_back(fmt::format("data_batch_{}.bin", i));
+  } else {
+    names.push_back("test_batch.bin");
+  }
+  // The archive unpacks into cifar-10-batches-bin/; accept its parent as data.path too.
+  fs::path dir = options.path;
+  if (!fs::is_regular_file(dir / names[0]) &&
+      fs::is_regular_file(dir / "cifar-10-batches-bin" / names[0])) {
+    dir /= "cifar-10-batches-bin";
+  }
+  std::vector<std::string> files;
+  for (const std::string& name : names) {
+    const fs::path file = dir / name;
+    if (!fs::is_regular_file(file)) {
+      throw UserError(fmt::format("{}: not found; unpack the CIFAR-10 binary version "
+                                  "(cifar-10-binary.tar.gz) and set data.path to its folder",
+                                  file.string()));
+    }
+    files.push_back(file.string());
+  }
+  return std::make_unique<Cifar10Dataset>(files, split == Split::kTrain && options.augment);
+}
+
+}  // namespace dtrain::data

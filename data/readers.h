@@ -1,0 +1,35 @@
+// Internal to data/: the readers behind open_dataset() and the helpers they share
+// (whole-file reading, per-channel normalisation tables).
+#pragma once
+
+#include "data/dataset.h"
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dtrain::data {
+
+// IDX files (options.dataset "fashion_mnist" or "mnist").
+std::unique_ptr<Dataset> open_idx(const DataOptions& options, Split split);
+// CIFAR-10 binary batches.
+std::unique_ptr<Dataset> open_cifar10(const DataOptions& options, Split split);
+// One sub-folder per class of JPEG/PNG files; throws UserError in builds without OpenCV.
+std::unique_ptr<Dataset> open_image_folder(const DataOptions& options, Split split);
+// Random normal images, generated on the device by the loader.
+std::unique_ptr<Dataset> open_synthetic(const DataOptions& options);
+
+// The whole content of `path`, gunzipped when it is a gzip file (zlib reads plain files
+// through unchanged). Throws UserError naming the file when it cannot be opened or the
+// gzip stream is corrupt; a truncated gzip stream yields the bytes before the cut.
+std::vector<uint8_t> read_file(const std::string& path);
+
+// uint8 pixel -> normalised float, per channel: lut[c][v] = (v / 255 - mean[c]) / std[c].
+struct PixelTable {
+  std::array<std::array<float, 256>, 3> lut;
+};
+PixelTable make_pixel_table(const std::array<double, 3>& mean, const std::array<double, 3>& std);
+
+}  // namespace dtrain::data
