@@ -1,5 +1,16 @@
 // The loader: worker threads prepare batches ahead (bounded), in the sampler's order, in
 // pinned memory, copied to the device asynchronously. Synthetic data stays on the device.
+//
+// Protocol, per epoch:
+//   1. start_epoch(e, s) stops any workers (they finish at most the sample they are on),
+//      then enumerates the micro-batches k = 0, 1, ... of steps s, s+1, ... of epoch e
+//      (step s + k / grad_accum, micro k % grad_accum).
+//   2. Workers claim k in increasing order, but only while k < consumed + prefetch, and
+//      fill a host batch (pinned when the device is CUDA): sample i of index j is
+//      dataset.get(j, ..., mix_seed(seed, e, j)), so the data does not depend on the
+//      number of workers or ranks.
+//   3. next() waits for batch k (or, with num_workers = 0, makes it on the spot), rethrows
+//      its worker's exception if it failed, and copies it to the device.
 #pragma once
 
 #include "data/dataset.h"
@@ -17,8 +28,8 @@ struct Batch {
 };
 
 struct LoaderOptions {
-  int64_t num_workers = 2;
-  int64_t prefetch = 4;
+  int64_t num_workers = 2;  // 0: batches are made inside next()
+  int64_t prefetch = 4;     // batches prepared beyond the one returned last (>= 1)
   uint64_t seed = 0;
   // Only for the final copy; data prepared on the host stays float32 contiguous.
   bool channels_last = false;
@@ -32,9 +43,14 @@ class Loader {
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
-  // Starts (or restarts) producing micro-batches of `epoch` from step `first_step`.
+  // Starts (or restarts) producing micro-batches of `epoch` from step `first_step`
+  // (0 <= first_step <= steps_per_epoch). Blocks until the previous workers have stopped.
   void start_epoch(int64_t epoch, int64_t first_step = 0);
   // The next micro-batch of the epoch, in (step, micro) order; false at the end of the epoch.
+  // Blocks until the batch is on the host; the device copy is asynchronous (non_blocking,
+  // on the current stream). A final step with drop_last = false may give a short or empty
+  // (n = 0) batch: every rank still gets one batch per micro-step.
+  // Synthetic (on_device) datasets return the same device batch every time: do not modify it.
   // Rethrows a worker's exception (e.g. a corrupt file) on the calling thread.
   bool next(Batch& batch);
 
