@@ -1,7 +1,64 @@
-// trainer: the command-line entry point.
+// trainer: the command-line entry point. Parses flags, loads the config, runs training.
+// Exit codes: 0 success, 2 bad input (config, flags, dataset files), 1 internal error.
+#include "common/error.h"
 #include "common/log.h"
+#include "trainer/config.h"
+#include "trainer/train.h"
 
-int main() {
-  dtrain::log::info("dtrain");
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+namespace {
+
+int run(int argc, char** argv) {
+  CLI::App app{"dtrain: distributed training of image models"};
+  std::string config_path;
+  std::vector<std::string> overrides;
+  bool print_config = false;
+  bool print_markdown = false;
+  dtrain::trainer::RunFlags flags;
+  std::string resume;
+  app.add_option("--config", config_path, "TOML config file")->check(CLI::ExistingFile);
+  app.add_option("--set", overrides, "override a key: --set section.key=value (repeatable)");
+  app.add_flag("--print-config", print_config,
+               "print every key with its default and description, then exit");
+  app.add_flag("--print-config-markdown", print_markdown, "the same, as a markdown table");
+  app.add_flag("--dry-run", flags.dry_run, "build the run and print its plan; train nothing");
+  auto* resume_option = app.add_option("--resume", resume,
+                                       "resume from a checkpoint directory (no value: the "
+                                       "newest complete checkpoint of this run, if any)")
+                            ->expected(0, 1);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (print_config || print_markdown) {
+    std::cout << dtrain::trainer::describe_keys(print_markdown);
+    return 0;
+  }
+  if (resume_option->count() > 0) flags.resume = resume;
+
+  const dtrain::trainer::Config config = dtrain::trainer::load_config(config_path, overrides);
+  dtrain::trainer::run_training(config, flags);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const dtrain::trainer::ConfigError& e) {
+    for (const std::string& problem : e.problems()) std::fprintf(stderr, "%s\n", problem.c_str());
+    return 2;
+  } catch (const dtrain::UserError& e) {
+    dtrain::log::error("{}", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    dtrain::log::error("{}", e.what());
+    return 1;
+  }
 }

@@ -1,0 +1,43 @@
+// Checkpoints: one directory per step, written under a temporary name and renamed once
+// complete (with a DONE marker), so a crash mid-write never damages the last good one.
+//   <dir>/step_00000100/{model.pt, optimizer.pt, state.toml, DONE}
+// model.pt is a plain state dict that Python's torch.load reads (torchvision names).
+#pragma once
+
+#include "dist/strategy.h"
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace dtrain::trainer {
+
+struct CheckpointInfo {
+  int64_t step = 0;   // optimizer steps completed
+  int64_t epoch = 0;  // epoch the next step belongs to
+};
+
+class Checkpointer {
+ public:
+  // keep: complete checkpoints kept; older ones are deleted after each save.
+  Checkpointer(std::string dir, int64_t keep);
+
+  // Writes the checkpoint of `info.step` (blocking). `config_toml` is the resolved config.
+  void save(const CheckpointInfo& info, torch::nn::Module& model, dist::Strategy& strategy,
+            const std::string& config_toml) const;
+  // The newest complete checkpoint directory in `dir`, if any.
+  std::optional<std::string> latest() const;
+  // Restores model and optimizer state; throws UserError on an incomplete or foreign checkpoint.
+  static CheckpointInfo load(const std::string& path, torch::nn::Module& model,
+                             dist::Strategy& strategy);
+
+ private:
+  void prune() const;
+
+  std::string dir_;
+  int64_t keep_;
+};
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,238 @@
+#include "trainer/config.h"
+
+#include "common/log.h"
+#include "trainer/config_schema.h"
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace dtrain::trainer {
+
+ConfigError::ConfigError(std::vector<std::string> problems)
+    : std::runtime_error(problems.empty() ? "config error" : problems.front()),
+      problems_(std::move(problems)) {}
+
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string did_you_mean(const std::string& wrong, const std::vector<std::string>& known) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(3, wrong.size() / 3) + 1;
+  for (const std::string& candidate : known) {
+    const size_t distance = edit_distance(wrong, candidate);
+    if (distance < best_distance) {
+      best = candidate;
+      best_distance = distance;
+    }
+  }
+  return best.empty() ? "" : fmt::format(" (did you mean {}?)", best);
+}
+
+// Collects problems with the file/line each key came from.
+class Problems {
+ public:
+  explicit Problems(std::string file) : file_(std::move(file)) {}
+
+  void add(const std::string& key, const toml::source_region& source, const std::string& what) {
+    if (source.path && *source.path == "--set") {
+      problems_.push_back(fmt::format("--set {}: {}", key, what));
+    } else if (source.begin.line > 0) {
+      problems_.push_back(fmt::format("{}:{}: {}: {}", file_, source.begin.line, key, what));
+    } else {
+      problems_.push_back(fmt::format("{}: {}: {}", file_, key, what));
+    }
+  }
+  void add(const std::string& line) { problems_.push_back(line); }
+  bool empty() const { return problems_.empty(); }
+  std::vector<std::string> take() { return std::move(problems_); }
+
+ private:
+  std::string file_;
+  std::vector<std::string> problems_;
+};
+
+toml::table read_file(const std::string& path) {
+  if (path.empty()) return {};
+  if (!std::filesystem::is_regular_file(path)) {
+    throw ConfigError({fmt::format("{}: config file not found", path)});
+  }
+  try {
+    return toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError({fmt::format("{}:{}:{}: TOML syntax error: {}", path,
+                                   e.source().begin.line, e.source().begin.column,
+                                   e.description())});
+  }
+}
+
+// "section.key=value": the value is TOML (1e-3, true, [1, 2], "text"), or a bare word.
+void apply_override(toml::table& root, const std::string& assignment, Problems& problems) {
+  const size_t equals = assignment.find('=');
+  const std::string key = assignment.substr(0, equals);
+  const size_t dot = key.find('.');
+  if (equals == std::string::npos || dot == std::string::npos || dot == 0 ||
+      dot + 1 == key.size()) {
+    problems.add(fmt::format("--set {}: expected section.key=value", assignment));
+    return;
+  }
+  const std::string value = assignment.substr(equals + 1);
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value, std::string_view("--set"));
+  } catch (const toml::parse_error&) {
+    std::string quoted;
+    for (char c : value) {
+      if (c == '"' || c == '\\') quoted += '\\';
+      quoted += c;
+    }
+    parsed = toml::parse("v = \"" + quoted + "\"", std::string_view("--set"));
+  }
+  const std::string section = key.substr(0, dot);
+  if (!root.contains(section)) root.insert(section, toml::table{});
+  toml::table* table = root[section].as_table();
+  if (table == nullptr) {
+    problems.add(fmt::format("--set {}: [{}] is not a table", key, section));
+    return;
+  }
+  table->insert_or_assign(key.substr(dot + 1), std::move(*parsed.get("v")));
+  // Nodes moved out of `parsed` keep its source, so errors on them read "--set key: ...".
+}
+
+void report_field_errors(const FieldErrors& errors, const std::string& section,
+                         const toml::table& root, Problems& problems) {
+  for (const FieldError& error : errors) {
+    const std::string key = section + "." + error.key;
+    const toml::node* node = root.at_path(key).node();
+    problems.add(key, node ? node->source() : toml::source_region{}, error.problem);
+  }
+}
+
+void check_cross_fields(const Config& config, const toml::table& root, Problems& problems) {
+  if (config.train.precision != "fp32" && config.run.device == "cpu") {
+    const toml::node* node = root.at_path("train.precision").node();
+    problems.add("train.precision", node ? node->source() : toml::source_region{},
+                 fmt::format("\"{}\" autocast needs CUDA, but run.device = \"cpu\"; use "
+                             "\"fp32\" on CPU",
+                             config.train.precision));
+  }
+  if (config.model.name == "simple_cnn" && config.model.zero_init_residual) {
+    log::warn("model.zero_init_residual has no effect on simple_cnn (it has no residual blocks)");
+  }
+  if (config.optim.name == "adamw" && config.optim.nesterov) {
+    log::warn("optim.nesterov has no effect with adamw");
+  }
+}
+
+}  // namespace
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  toml::table root = read_file(path);
+  Problems problems(path.empty() ? "<defaults>" : path);
+  for (const std::string& assignment : overrides) apply_override(root, assignment, problems);
+
+  Config config;
+  std::vector<ConfigKey> keys = config_keys(config);
+  std::map<std::string, const ConfigKey*> by_path;
+  std::vector<std::string> known_paths;
+  std::set<std::string> sections;
+  for (const ConfigKey& key : keys) {
+    by_path[key.path] = &key;
+    known_paths.push_back(key.path);
+    sections.insert(key.path.substr(0, key.path.find('.')));
+  }
+  const std::vector<std::string> known_sections(sections.begin(), sections.end());
+
+  for (auto&& [section_key, section_node] : root) {
+    const std::string section(section_key.str());
+    const toml::table* table = section_node.as_table();
+    if (table == nullptr || sections.count(section) == 0) {
+      const std::string hint = did_you_mean(section, table ? known_sections : known_paths);
+      problems.add(section, section_key.source(),
+                   table ? "unknown section" + hint : "keys belong in a [section]" + hint);
+      continue;
+    }
+    for (auto&& [name_key, node] : *table) {
+      const std::string full = section + "." + std::string(name_key.str());
+      auto found = by_path.find(full);
+      if (found == by_path.end()) {
+        problems.add(full, node.source(), "unknown key" + did_you_mean(full, known_paths));
+        continue;
+      }
+      const std::string problem = found->second->set(node);
+      if (!problem.empty()) problems.add(full, node.source(), problem);
+    }
+  }
+  if (!problems.empty()) throw ConfigError(problems.take());
+
+  report_field_errors(config.run.validate(), "run", root, problems);
+  report_field_errors(config.train.validate(), "train", root, problems);
+  report_field_errors(config.model.validate(), "model", root, problems);
+  report_field_errors(config.data.validate(), "data", root, problems);
+  report_field_errors(config.optim.validate(), "optim", root, problems);
+  report_field_errors(config.schedule.validate(), "schedule", root, problems);
+  report_field_errors(config.dist.validate(), "dist", root, problems);
+  check_cross_fields(config, root, problems);
+  if (!problems.empty()) throw ConfigError(problems.take());
+  return config;
+}
+
+std::string to_toml(const Config& config) {
+  Config copy = config;
+  toml::table root;
+  for (const ConfigKey& key : config_keys(copy)) {
+    const size_t dot = key.path.find('.');
+    const std::string section = key.path.substr(0, dot);
+    if (!root.contains(section)) root.insert(section, toml::table{});
+    key.put(*root[section].as_table(), key.path.substr(dot + 1));
+  }
+  std::ostringstream out;
+  out << root << '\n';
+  return out.str();
+}
+
+std::string describe_keys(bool markdown) {
+  Config defaults;
+  std::ostringstream out;
+  std::string section;
+  if (markdown) out << "| key | type | default | description |\n|---|---|---|---|\n";
+  for (const ConfigKey& key : config_keys(defaults)) {
+    toml::table holder;
+    key.put(holder, "v");
+    std::ostringstream value;
+    holder.get("v")->visit([&value](const auto& node) { value << node; });
+    const size_t dot = key.path.find('.');
+    if (markdown) {
+      out << fmt::format("| `{}` | {} | `{}` | {} |\n", key.path, key.type, value.str(),
+                         key.help);
+      continue;
+    }
+    if (key.path.substr(0, dot) != section) {
+      section = key.path.substr(0, dot);
+      out << (out.tellp() > 0 ? "\n" : "") << "[" << section << "]\n";
+    }
+    out << fmt::format("{} = {}  # {}\n", key.path.substr(dot + 1), value.str(), key.help);
+  }
+  return out.str();
+}
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,35 @@
+// The config layer: TOML file + `--set key=value` overrides -> typed option structs.
+// Unknown keys, wrong types and out-of-range values are all collected and reported in one
+// pass as `file:line: key: problem`. Nothing below trainer/ sees TOML.
+#pragma once
+
+#include "trainer/options.h"
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace dtrain::trainer {
+
+// Every problem found in a config, one `file:line: key: problem` line each. main exits 2.
+class ConfigError : public std::runtime_error {
+ public:
+  explicit ConfigError(std::vector<std::string> problems);
+  const std::vector<std::string>& problems() const { return problems_; }
+
+ private:
+  std::vector<std::string> problems_;
+};
+
+// Reads `path` (empty: defaults only) and applies `overrides` ("section.key=value", the value
+// in TOML syntax, bare words taken as strings). Throws ConfigError.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+
+// The resolved config as TOML, every key present (saved beside each run).
+std::string to_toml(const Config& config);
+
+// Every key with its default and a one-line description, as commented TOML
+// (markdown = true: as the table of docs/CONFIG.md).
+std::string describe_keys(bool markdown);
+
+}  // namespace dtrain::trainer

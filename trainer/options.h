@@ -1,0 +1,62 @@
+// Options owned by the trainer itself (config sections [run] and [train]) and the root
+// Config that gathers every module's options. Only trainer/ sees the root Config.
+#pragma once
+
+#include "common/error.h"
+#include "data/options.h"
+#include "dist/options.h"
+#include "models/options.h"
+#include "optim/options.h"
+
+#include <cstdint>
+#include <string>
+
+namespace dtrain::trainer {
+
+struct RunOptions {
+  // The run's name: outputs go to out_dir/name/.
+  std::string name = "fashion_mnist_cnn";
+  std::string out_dir = "runs";
+  // Seeds weights, data order and augmentation.
+  int64_t seed = 0;
+  // "auto" (CUDA when available), "cpu" or "cuda".
+  std::string device = "auto";
+  // Torch intra-op threads per rank; 0: the machine's cores divided by the ranks on it.
+  int64_t num_threads = 0;
+  // Steps between progress lines and per-step metrics records.
+  int64_t log_every = 50;
+
+  FieldErrors validate() const;
+};
+
+struct TrainOptions {
+  int64_t epochs = 10;
+  // Stop after this many optimizer steps (0: train all epochs).
+  int64_t max_steps = 0;
+  // Micro-steps accumulated into one optimizer step.
+  int64_t grad_accum = 1;
+  // "fp32", or autocast "bf16" / "fp16" (CUDA; fp16 with dynamic loss scaling).
+  std::string precision = "fp32";
+  // NHWC activations and weights (CUDA convolutions run faster).
+  bool channels_last = false;
+  // Evaluate on the test split every this many epochs (0: only at the end).
+  int64_t eval_every = 1;
+  // Checkpoint every this many steps (0: at the end of every epoch).
+  int64_t checkpoint_every = 0;
+  // Complete checkpoints kept on disk (older ones are deleted); 0 disables checkpoints.
+  int64_t keep_checkpoints = 2;
+
+  FieldErrors validate() const;
+};
+
+struct Config {
+  RunOptions run;
+  TrainOptions train;
+  models::ModelOptions model;
+  data::DataOptions data;
+  optim::OptimizerOptions optim;
+  optim::ScheduleOptions schedule;
+  dist::DistOptions dist;
+};
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,44 @@
+#include "trainer/progress.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+
+namespace dtrain::trainer {
+
+Progress::Progress(bool enabled) : enabled_(enabled), tty_(isatty(fileno(stdout)) != 0) {}
+
+void Progress::step(const StepReport& r) {
+  if (!enabled_) return;
+  const std::string text =
+      fmt::format("step {:>{}}/{} | epoch {} | loss {:.4f} | lr {:.3e} | {:.0f} img/s | eta {}",
+                  r.step, std::to_string(r.total_steps).size(), r.total_steps, r.epoch, r.loss,
+                  r.lr, r.img_per_s, format_duration(r.eta_s));
+  if (tty_) {
+    std::printf("\r%s\033[K", text.c_str());
+    live_line_open_ = true;
+  } else {
+    std::printf("%s\n", text.c_str());
+  }
+  std::fflush(stdout);
+}
+
+void Progress::line(const std::string& text) {
+  if (!enabled_) return;
+  if (live_line_open_) std::printf("\n");
+  live_line_open_ = false;
+  std::printf("%s\n", text.c_str());
+  std::fflush(stdout);
+}
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, (s % 3600) / 60);
+  if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,38 @@
+// Everything a run needs, built once from the Config before the first step.
+#pragma once
+
+#include "data/loader.h"
+#include "dist/strategy.h"
+#include "models/model.h"
+#include "optim/schedule.h"
+#include "trainer/options.h"
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+
+namespace dtrain::trainer {
+
+struct RunSetup {
+  torch::Device device = torch::kCPU;
+  std::string run_dir;
+  std::shared_ptr<models::Model> model;
+  std::unique_ptr<dist::Strategy> strategy;
+  std::unique_ptr<data::Loader> train_loader;
+  std::unique_ptr<data::Loader> test_loader;  // null for synthetic data
+  std::unique_ptr<optim::LrSchedule> schedule;
+  int64_t steps_per_epoch = 0;
+  int64_t total_steps = 0;
+  int64_t images_per_step = 0;  // global batch
+};
+
+// Resolves run.device: "auto" takes CUDA when a device is visible.
+torch::Device resolve_device(const std::string& requested);
+
+RunSetup build_run(const Config& config);
+
+// The start-up banner: versions, device, model size, batch and step plan.
+std::string describe_run(const Config& config, const RunSetup& setup);
+
+}  // namespace dtrain::trainer

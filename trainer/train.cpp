@@ -1,0 +1,232 @@
+#include "trainer/train.h"
+
+#include "common/error.h"
+#include "common/log.h"
+#include "trainer/checkpoint.h"
+#include "trainer/config.h"
+#include "trainer/metrics.h"
+#include "trainer/precision.h"
+#include "trainer/progress.h"
+#include "trainer/setup.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+namespace dtrain::trainer {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+struct EvalResult {
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  double accuracy = std::numeric_limits<double>::quiet_NaN();
+};
+
+class Trainer {
+ public:
+  Trainer(const Config& config, RunSetup setup)
+      : config_(config),
+        s_(std::move(setup)),
+        checkpointer_(s_.run_dir + "/checkpoints", config.train.keep_checkpoints),
+        metrics_(s_.run_dir + "/metrics.jsonl"),
+        progress_(true),
+        loss_sum_(torch::zeros({}, torch::dtype(torch::kFloat32).device(s_.device))) {
+    if (config.train.precision == "fp16") scaler_.emplace(s_.device);
+  }
+
+  void resume(const std::string& path) {
+    const CheckpointInfo info = Checkpointer::load(path, *s_.model, *s_.strategy);
+    step_ = info.step;
+    interval_first_step_ = step_;
+    log::info("resumed from {} at step {}", path, step_);
+  }
+
+  RunResult train() {
+    const auto start = Clock::now();
+    EvalResult eval;
+    while (step_ < s_.total_steps) {
+      const int64_t epoch = step_ / s_.steps_per_epoch;
+      const int64_t epoch_end = std::min((epoch + 1) * s_.steps_per_epoch, s_.total_steps);
+      s_.train_loader->start_epoch(epoch, step_ - epoch * s_.steps_per_epoch);
+      interval_start_ = Clock::now();
+      while (step_ < epoch_end) {
+        train_step();
+        ++step_;
+        if (step_ % config_.run.log_every == 0 || step_ == epoch_end) report_step(epoch);
+        if (config_.train.checkpoint_every > 0 && step_ % config_.train.checkpoint_every == 0) {
+          checkpoint();
+        }
+      }
+      const bool last = step_ == s_.total_steps;
+      const int64_t every = config_.train.eval_every;
+      if (last || (every > 0 && (epoch + 1) % every == 0)) eval = evaluate(epoch);
+      if (config_.train.checkpoint_every == 0 && step_ == epoch_end) checkpoint();
+    }
+    const double seconds = seconds_since(start);
+    metrics_.write("final", step_,
+                   {{"accuracy/test", eval.accuracy},
+                    {"loss/test", eval.loss},
+                    {"time/train_s", seconds}});
+    return {step_, eval.accuracy, eval.loss, seconds};
+  }
+
+ private:
+  // One optimizer step: grad_accum micro-steps of forward and backward, then the update.
+  // No host synchronisation here (fp16 loss scaling excepted, see LossScaler).
+  void train_step() {
+    const int64_t accum = config_.train.grad_accum;
+    s_.strategy->before_forward(step_);
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      data::Batch batch;
+      DTRAIN_CHECK(s_.train_loader->next(batch), "loader ran out at step {}", step_);
+      torch::Tensor loss;
+      {
+        AutocastScope autocast(config_.train.precision);
+        loss = torch::nn::functional::cross_entropy(s_.model->forward(batch.images),
+                                                    batch.labels);
+      }
+      loss = loss / static_cast<double>(accum);
+      (scaler_ ? scaler_->scale(loss) : loss).backward();
+      s_.strategy->after_backward(micro + 1 == accum);
+      loss_sum_ += loss.detach();
+    }
+    if (scaler_) {
+      const bool finite = scaler_->unscale_and_check(s_.strategy->gradient_owners());
+      scaler_->update();
+      if (!finite) {
+        for (torch::Tensor& param : s_.strategy->gradient_owners()) {
+          if (param.grad().defined()) param.grad().zero_();
+        }
+        ++skipped_steps_;
+        return;
+      }
+    }
+    s_.strategy->step(s_.schedule->lr_at(step_));
+  }
+
+  void report_step(int64_t epoch) {
+    const int64_t steps = step_ - interval_first_step_;
+    const double loss = loss_sum_.item<double>() / static_cast<double>(steps);
+    if (!std::isfinite(loss)) {
+      throw UserError(fmt::format("loss is {} at step {}: training diverged; lower optim.lr, "
+                                  "add warmup (schedule.warmup_epochs) or use fp32",
+                                  loss, step_));
+    }
+    const double seconds = seconds_since(interval_start_);
+    const double img_per_s = static_cast<double>(steps * s_.images_per_step) / seconds;
+    const double lr = s_.schedule->lr_at(step_ - 1);
+    progress_.step({step_, s_.total_steps, epoch, loss, lr, img_per_s,
+                    seconds / steps * static_cast<double>(s_.total_steps - step_)});
+    MetricFields fields = {{"epoch", static_cast<double>(epoch)},
+                           {"loss/train", loss},
+                           {"lr", lr},
+                           {"throughput/img_per_s", img_per_s},
+                           {"time/step_ms", 1e3 * seconds / steps}};
+    if (scaler_) {
+      fields.push_back({"amp/loss_scale", scaler_->current_scale()});
+      fields.push_back({"amp/skipped_steps", static_cast<double>(skipped_steps_)});
+    }
+    metrics_.write("step", step_, fields);
+    loss_sum_.zero_();
+    interval_first_step_ = step_;
+    interval_start_ = Clock::now();
+  }
+
+  EvalResult evaluate(int64_t epoch) {
+    if (!s_.test_loader) return {};
+    torch::NoGradGuard no_grad;
+    s_.model->eval();
+    auto options = torch::dtype(torch::kFloat64).device(s_.device);
+    torch::Tensor loss_sum = torch::zeros({}, options);
+    torch::Tensor correct = torch::zeros({}, options);
+    int64_t seen = 0;
+    s_.test_loader->start_epoch(0);
+    data::Batch batch;
+    while (s_.test_loader->next(batch)) {
+      AutocastScope autocast(config_.train.precision);
+      torch::Tensor logits = s_.model->forward(batch.images).to(torch::kFloat32);
+      loss_sum += torch::nn::functional::cross_entropy(
+          logits, batch.labels,
+          torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+      correct += logits.argmax(1).eq(batch.labels).sum();
+      seen += batch.labels.size(0);
+    }
+    s_.model->train();
+    EvalResult result{loss_sum.item<double>() / seen, correct.item<double>() / seen};
+    progress_.line(fmt::format("epoch {} | test loss {:.4f} | test accuracy {:.2f}%", epoch,
+                               result.loss, 100.0 * result.accuracy));
+    metrics_.write("eval", step_,
+                   {{"epoch", static_cast<double>(epoch)},
+                    {"loss/test", result.loss},
+                    {"accuracy/test", result.accuracy}});
+    interval_start_ = Clock::now();  // evaluation time is not training throughput
+    return result;
+  }
+
+  void checkpoint() {
+    if (config_.train.keep_checkpoints == 0) return;
+    checkpointer_.save({step_, step_ / s_.steps_per_epoch}, *s_.model, *s_.strategy,
+                       to_toml(config_));
+    interval_start_ = Clock::now();
+  }
+
+  const Config& config_;
+  RunSetup s_;
+  Checkpointer checkpointer_;
+  MetricsWriter metrics_;
+  Progress progress_;
+  std::optional<LossScaler> scaler_;
+  torch::Tensor loss_sum_;  // [] float32 on the device: summed micro-step losses since last log
+  int64_t step_ = 0;
+  int64_t interval_first_step_ = 0;
+  int64_t skipped_steps_ = 0;
+  Clock::time_point interval_start_;
+};
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  if (!out) throw UserError(path + ": cannot write");
+}
+
+}  // namespace
+
+RunResult run_training(const Config& config, const RunFlags& flags) {
+  RunSetup setup = build_run(config);
+  log::info("{}", describe_run(config, setup));
+  if (flags.dry_run) return {};
+
+  std::filesystem::create_directories(setup.run_dir);
+  log::open_file(setup.run_dir + "/train.log");
+  write_text(setup.run_dir + "/config.toml", to_toml(config));
+
+  const std::string checkpoints = setup.run_dir + "/checkpoints";
+  Trainer trainer(config, std::move(setup));
+  if (flags.resume) {
+    std::optional<std::string> path = *flags.resume;
+    if (flags.resume->empty()) path = Checkpointer(checkpoints, 1).latest();
+    if (path) {
+      trainer.resume(*path);
+    } else {
+      log::info("--resume: no complete checkpoint in {}; starting from step 0", checkpoints);
+    }
+  }
+  RunResult result = trainer.train();
+  if (std::isfinite(result.test_accuracy)) {
+    log::info("final test accuracy {:.2f}% after {} steps ({:.0f} s)",
+              100.0 * result.test_accuracy, result.steps, result.train_seconds);
+  }
+  return result;
+}
+
+}  // namespace dtrain::trainer
