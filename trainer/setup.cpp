@@ -76,6 +76,9 @@ RunSetup build_run(const Config& config) {
                                 config.train.precision));
   }
   set_threads(config.run.num_threads);
+  // Let cuDNN pick the fastest convolution algorithms for our fixed shapes, as PyTorch
+  // training scripts do with torch.backends.cudnn.benchmark = True.
+  if (setup.device.is_cuda()) at::globalContext().setBenchmarkCuDNN(true);
   setup.run_dir = (std::filesystem::path(config.run.out_dir) / config.run.name).string();
 
   std::shared_ptr<const data::Dataset> train_set =

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Run on a CPU (Debian) machine before working on a GPU machine, which has CUDA LibTorch, NCCL
+# and Open MPI but none of dtrain's other libraries and no network: downloads their Debian
+# packages and unpacks them into ./.deps (git-ignored), to travel with the project tree.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+packages=(libtomlplusplus-dev libtomlplusplus3 catch2 libfmt-dev libfmt9 libcli11-dev
+          nlohmann-json3-dev)
+tmp=$(mktemp -d)
+(cd "$tmp" && apt-get download "${packages[@]}" >/dev/null 2>&1) \
+  || { apt-get update -qq && (cd "$tmp" && apt-get download "${packages[@]}"); }
+rm -rf .deps && mkdir -p .deps
+for deb in "$tmp"/*.deb; do dpkg -x "$deb" .deps; done
+rm -rf "$tmp"
+echo "unpacked into .deps: ${packages[*]} ($(du -sh .deps | cut -f1))"

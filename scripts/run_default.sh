@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The README's first command: set up, build, and run the default training job
+# (SimpleCNN on Fashion-MNIST, on CPU). Extra arguments go to the trainer (e.g. --set ...).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+exec build/trainer --config configs/fashion_mnist.toml "$@"

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Bad input ends in one clear line and exit code 2: config mistakes, missing and corrupt
+# dataset files, impossible batch sizes.   usage: bad_input.sh TRAINER SOURCE_DIR
+set -uo pipefail
+trainer=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+# expect_failure NAME EXPECTED_STDERR_PART -- ARGS...
+expect_failure() {
+  local name=$1 expected=$2
+  shift 3
+  "$trainer" "$@" >"$tmp/out" 2>"$tmp/err"
+  local code=$?
+  if [ "$code" -ne 2 ] || ! grep -qF -- "$expected" "$tmp/err" || grep -q "terminate called\|Exception raised from" "$tmp/err"; then
+    echo "FAIL $name: exit $code, stderr:"; cat "$tmp/err"; failures=$((failures + 1))
+  else
+    echo "ok   $name: $(head -1 "$tmp/err")"
+  fi
+}
+
+printf '[optim]\nlrr = 0.1\n' >"$tmp/typo.toml"
+expect_failure "unknown key" "typo.toml:2: optim.lrr: unknown key (did you mean optim.lr?)" -- \
+  --config "$tmp/typo.toml"
+expect_failure "bad override" "--set data.batch_size: expected an integer, got a string" -- \
+  --set data.batch_size=many
+expect_failure "missing dataset" "/nonexistent/fmnist" -- \
+  --set data.path=/nonexistent/fmnist --set train.max_steps=1
+
+mkdir -p "$tmp/truncated"
+for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+  gzip -dc "/usr/share/datasets/fashion-mnist/$f.gz" | head -c 5000 >"$tmp/truncated/$f"
+done
+expect_failure "truncated dataset" "truncated" -- \
+  --set data.path="$tmp/truncated" --set train.max_steps=1
+
+expect_failure "batch larger than the dataset" "exceeds the 60000 training samples" -- \
+  --set data.batch_size=100000 --set train.max_steps=1 --set run.device=cpu
+command -v nvidia-smi >/dev/null || expect_failure "cuda on a machine without it" "no CUDA device is usable" -- \
+  --set run.device=cuda --set train.max_steps=1 --set run.out_dir="$tmp/runs"
+
+[ "$failures" -eq 0 ] && echo "bad input: all cases exit 2 with one clear line"
+exit "$failures"

@@ -1,0 +1,158 @@
+#include "trainer/config.h"
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace fs = std::filesystem;
+using dtrain::trainer::Config;
+using dtrain::trainer::ConfigError;
+using dtrain::trainer::load_config;
+
+namespace {
+
+std::string write_config(const std::string& name, const std::string& text) {
+  const fs::path dir = fs::temp_directory_path() / "dtrain_config_test";
+  fs::create_directories(dir);
+  const fs::path path = dir / name;
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+std::vector<std::string> problems_of(const std::string& path,
+                                     const std::vector<std::string>& overrides = {}) {
+  try {
+    load_config(path, overrides);
+  } catch (const ConfigError& e) {
+    return e.problems();
+  }
+  return {};
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("defaults load without a file", "[config]") {
+  const Config config = load_config("", {});
+  CHECK(config.model.name == "simple_cnn");
+  CHECK(config.data.dataset == "fashion_mnist");
+  CHECK(config.train.epochs == 10);
+}
+
+TEST_CASE("a valid file fills every kind of field", "[config]") {
+  const std::string path = write_config("valid.toml", R"(
+[run]
+seed = 7
+[train]
+channels_last = true
+[optim]
+lr = 1
+weight_decay = 1e-4
+[schedule]
+milestones = [2, 4]
+[model]
+name = "resnet18"
+)");
+  const Config config = load_config(path, {});
+  CHECK(config.run.seed == 7);
+  CHECK(config.train.channels_last);
+  CHECK(config.optim.lr == 1.0);  // an integer where a float is expected is accepted
+  CHECK(config.optim.weight_decay == 1e-4);
+  CHECK(config.schedule.milestones == std::vector<int64_t>{2, 4});
+  CHECK(config.model.name == "resnet18");
+}
+
+TEST_CASE("every problem is reported in one pass as file:line: key: problem", "[config]") {
+  const std::string path = write_config("bad.toml", R"([optim]
+lrr = 0.1
+momentum = "high"
+[trian]
+epochs = 3
+)");
+  const std::vector<std::string> problems = problems_of(path);
+  REQUIRE(problems.size() == 3);
+  CHECK(problems[0] == path + ":2: optim.lrr: unknown key (did you mean optim.lr?)");
+  CHECK(problems[1] == path + ":3: optim.momentum: expected a number, got a string");
+  CHECK(contains(problems[2], path + ":4: trian: unknown section (did you mean train?)"));
+}
+
+TEST_CASE("out-of-range values name the key, the line and the allowed range", "[config]") {
+  const std::string path = write_config("range.toml", R"([data]
+batch_size = 0
+[model]
+name = "resnet51"
+[train]
+precision = "fp8"
+)");
+  const std::vector<std::string> problems = problems_of(path);
+  REQUIRE(problems.size() == 3);
+  CHECK(problems[0] == path + ":6: train.precision: \"fp8\" is not one of: fp32, bf16, fp16");
+  CHECK(contains(problems[1], path + ":4: model.name: \"resnet51\" is not one of"));
+  CHECK(problems[2] == path + ":2: data.batch_size: 0 is below the minimum 1");
+}
+
+TEST_CASE("autocast precisions are rejected on a CPU run", "[config]") {
+  const std::vector<std::string> problems =
+      problems_of("", {"run.device=cpu", "train.precision=bf16"});
+  REQUIRE(problems.size() == 1);
+  CHECK(contains(problems[0], "--set train.precision: \"bf16\" autocast needs CUDA"));
+}
+
+TEST_CASE("--set overrides parse TOML values and bare words", "[config]") {
+  const Config config = load_config(
+      "", {"optim.lr=0.5", "model.name=resnet34", "data.shuffle=false", "schedule.milestones=[3]"});
+  CHECK(config.optim.lr == 0.5);
+  CHECK(config.model.name == "resnet34");
+  CHECK_FALSE(config.data.shuffle);
+  CHECK(config.schedule.milestones == std::vector<int64_t>{3});
+
+  const std::vector<std::string> problems = problems_of("", {"optim.lrate=1", "epochs=3"});
+  REQUIRE(problems.size() == 2);
+  CHECK(problems[0] == "--set optim.lrate: unknown key (did you mean optim.lr?)");
+  CHECK(problems[1] == "--set epochs=3: expected section.key=value");
+}
+
+TEST_CASE("missing files and syntax errors are one line each", "[config]") {
+  std::vector<std::string> problems = problems_of("/nonexistent/dtrain.toml");
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0] == "/nonexistent/dtrain.toml: config file not found");
+
+  const std::string path = write_config("syntax.toml", "[run]\nseed = = 3\n");
+  problems = problems_of(path);
+  REQUIRE(problems.size() == 1);
+  CHECK(contains(problems[0], path + ":2:"));
+  CHECK(contains(problems[0], "TOML syntax error"));
+}
+
+TEST_CASE("the resolved config reloads to the same values", "[config]") {
+  Config config = load_config("", {"optim.lr=0.25", "schedule.milestones=[5, 9]", "run.seed=3"});
+  const std::string path = write_config("resolved.toml", dtrain::trainer::to_toml(config));
+  const Config reloaded = load_config(path, {});
+  CHECK(dtrain::trainer::to_toml(reloaded) == dtrain::trainer::to_toml(config));
+  CHECK(reloaded.optim.lr == 0.25);
+  CHECK(reloaded.schedule.milestones == std::vector<int64_t>{5, 9});
+}
+
+TEST_CASE("docs/CONFIG.md documents every key", "[config]") {
+  std::ifstream doc(std::string(DTRAIN_SOURCE_DIR) + "/docs/CONFIG.md");
+  REQUIRE(doc);
+  std::stringstream text;
+  text << doc.rdbuf();
+  std::istringstream keys(dtrain::trainer::describe_keys(/*markdown=*/true));
+  std::string row;
+  int checked = 0;
+  while (std::getline(keys, row)) {
+    if (row.rfind("| `", 0) != 0) continue;
+    const std::string key = row.substr(2, row.find('`', 3) - 1);
+    INFO("key " << key << " is missing from docs/CONFIG.md; regenerate its table with "
+                          "trainer --print-config-markdown");
+    CHECK(contains(text.str(), row));
+    ++checked;
+  }
+  CHECK(checked > 40);
+}
