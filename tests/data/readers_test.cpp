@@ -1,0 +1,293 @@
+// IDX, CIFAR-10 and synthetic datasets, on fixture files this test writes itself.
+#include "common/error.h"
+#include "data/dataset.h"
+#include "fixtures.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <string>
+#include <vector>
+
+using dtrain::UserError;
+using dtrain::data::DataOptions;
+using dtrain::data::open_dataset;
+using dtrain::data::Split;
+namespace test = dtrain::data::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+DataOptions options_for(const std::string& dataset, const std::string& path) {
+  DataOptions options;
+  options.dataset = dataset;
+  options.path = path;
+  return options;
+}
+
+// The UserError of opening `options`, or "" when it opened.
+std::string open_error(const DataOptions& options, Split split = Split::kTrain) {
+  try {
+    open_dataset(options, split);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+void write_mnist(const fs::path& dir, bool gz, uint32_t count = 5) {
+  const auto write = gz ? test::write_gz : test::write_bytes;
+  const std::string ext = gz ? ".gz" : "";
+  write(dir / ("train-images-idx3-ubyte" + ext), test::idx_images(count, 4, 3));
+  write(dir / ("train-labels-idx1-ubyte" + ext), test::idx_labels(count));
+  write(dir / ("t10k-images-idx3-ubyte" + ext), test::idx_images(2, 4, 3));
+  write(dir / ("t10k-labels-idx1-ubyte" + ext), test::idx_labels(2));
+}
+
+}  // namespace
+
+TEST_CASE("IDX reader loads gzip and plain files and normalises with the MNIST statistics") {
+  for (const bool gz : {false, true}) {
+    test::TempDir dir;
+    write_mnist(dir.path(), gz);
+    const auto train = open_dataset(options_for("mnist", dir.str()), Split::kTrain);
+    const auto eval = open_dataset(options_for("mnist", dir.str()), Split::kTest);
+    REQUIRE(train->size() == 5);
+    REQUIRE(eval->size() == 2);
+    CHECK(train->num_classes() == 10);
+    CHECK_FALSE(train->on_device());
+    const auto shape = train->shape();
+    CHECK((shape.channels == 1 && shape.height == 4 && shape.width == 3));
+    std::vector<float> out(12);
+    for (int64_t i = 0; i < 5; ++i) {
+      CHECK(train->get(i, out.data(), 123) == (i * 3) % 10);
+      for (int64_t y = 0; y < 4; ++y) {
+        for (int64_t x = 0; x < 3; ++x) {
+          const double pixel = static_cast<double>((i * 31 + y * 7 + x) % 256) / 255.0;
+          CHECK(out[static_cast<size_t>(y * 3 + x)] ==
+                Approx((pixel - 0.1307) / 0.3081).epsilon(1e-6));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("IDX reader rejects missing, truncated, corrupt and mismatched files, naming them") {
+  test::TempDir dir;
+  const fs::path images = dir.path() / "train-images-idx3-ubyte";
+  const fs::path labels = dir.path() / "train-labels-idx1-ubyte";
+  const DataOptions options = options_for("fashion_mnist", dir.str());
+
+  std::string error = open_error(options);
+  CHECK(contains(error, (dir.path() / "train-images-idx3-ubyte.gz").string()));
+  CHECK(contains(error, "not found"));
+  CHECK(contains(error, "dataset-fashion-mnist"));
+
+  test::write_bytes(labels, test::idx_labels(5));
+  std::vector<uint8_t> bytes = test::idx_images(5, 28, 28);
+  bytes.resize(bytes.size() - 100);
+  test::write_bytes(images, bytes);
+  error = open_error(options);
+  CHECK(contains(error, images.string() + ": truncated: header promises 5 images of 28x28"));
+  CHECK(contains(error, std::to_string(bytes.size()) + " bytes"));
+
+  test::write_bytes(images, test::idx_images(5, 28, 28, /*magic=*/2049));
+  error = open_error(options);
+  CHECK(contains(error, images.string() + ": bad magic number 2049 (expected 2051"));
+
+  test::write_bytes(images, test::idx_images(5, 28, 28));
+  test::write_bytes(labels, test::idx_labels(4));
+  error = open_error(options);
+  CHECK(contains(error, labels.string() + ": 4 labels, but " + images.string() + " holds 5"));
+
+  test::write_bytes(labels, test::idx_labels(5, /*magic=*/2051));
+  error = open_error(options);
+  CHECK(contains(error, labels.string() + ": bad magic number 2051 (expected 2049"));
+
+  bytes = test::idx_labels(5);
+  bytes[8 + 3] = 12;
+  test::write_bytes(labels, bytes);
+  error = open_error(options);
+  CHECK(contains(error, labels.string() + ": corrupt: label 12 of sample 3"));
+
+  bytes = test::idx_labels(5);
+  bytes.pop_back();
+  test::write_bytes(labels, bytes);
+  error = open_error(options);
+  CHECK(contains(error, labels.string() + ": truncated: header promises 5 labels"));
+
+  // A gzip file cut short: zlib reports the stream ends early.
+  test::write_bytes(labels, test::idx_labels(5));
+  fs::remove(images);
+  const fs::path images_gz = dir.path() / "train-images-idx3-ubyte.gz";
+  test::write_gz(images_gz, test::idx_images(50, 28, 28));
+  bytes = test::read_bytes(images_gz);
+  bytes.resize(bytes.size() / 2);
+  test::write_bytes(images_gz, bytes);
+  error = open_error(options);
+  CHECK(contains(error, images_gz.string() + ": truncated"));
+}
+
+TEST_CASE("the real Fashion-MNIST files load (skipped when not installed)") {
+  const DataOptions options;  // the default path and dataset
+  if (!fs::exists(fs::path(options.path) / "train-labels-idx1-ubyte.gz") &&
+      !fs::exists(fs::path(options.path) / "train-labels-idx1-ubyte")) {
+    WARN("Fashion-MNIST not installed at " << options.path << ": skipped");
+    return;
+  }
+  const auto train = open_dataset(options, Split::kTrain);
+  const auto eval = open_dataset(options, Split::kTest);
+  REQUIRE(train->size() == 60000);
+  REQUIRE(eval->size() == 10000);
+  const auto shape = train->shape();
+  CHECK((shape.channels == 1 && shape.height == 28 && shape.width == 28));
+  std::vector<float> out(28 * 28);
+  CHECK(train->get(0, out.data(), 0) == 9);  // ankle boot
+  CHECK(eval->get(0, out.data(), 0) == 9);
+  const float black = static_cast<float>(-0.2860 / 0.3530);
+  CHECK(out[0] == Approx(black));
+  CHECK(*std::max_element(out.begin(), out.end()) <= Approx((1.0 - 0.2860) / 0.3530));
+}
+
+namespace {
+
+void write_cifar(const fs::path& dir, int per_file) {
+  for (int i = 1; i <= 5; ++i) {
+    test::write_bytes(dir / ("data_batch_" + std::to_string(i) + ".bin"),
+                      test::cifar_records(per_file, i));
+  }
+  test::write_bytes(dir / "test_batch.bin", test::cifar_records(per_file, 7));
+}
+
+constexpr std::array<double, 3> kCifarMean = {0.4914, 0.4822, 0.4465};
+constexpr std::array<double, 3> kCifarStd = {0.2470, 0.2435, 0.2616};
+
+// Back from normalised floats to bytes (the pixel table is invertible).
+std::vector<int> to_bytes(const std::vector<float>& out) {
+  std::vector<int> bytes(out.size());
+  for (size_t j = 0; j < out.size(); ++j) {
+    const size_t c = j / 1024;
+    bytes[j] = static_cast<int>(std::lround((out[j] * kCifarStd[c] + kCifarMean[c]) * 255.0));
+  }
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("CIFAR-10 reader: records, subfolder, crop-and-flip augmentation") {
+  test::TempDir dir;
+  write_cifar(dir.path() / "cifar-10-batches-bin", 3);
+  DataOptions options = options_for("cifar10", dir.str());  // the subfolder's parent
+  options.augment = false;
+  const auto train = open_dataset(options, Split::kTrain);
+  const auto eval = open_dataset(options, Split::kTest);
+  REQUIRE(train->size() == 15);
+  REQUIRE(eval->size() == 3);
+  CHECK(train->num_classes() == 10);
+  std::vector<float> out(3 * 32 * 32);
+  // Sample 4 is record 1 of data_batch_2: label (2 + 1) % 10.
+  CHECK(train->get(4, out.data(), 0) == 3);
+  std::vector<int> bytes = to_bytes(out);
+  for (int c = 0; c < 3; ++c) {
+    for (int y = 0; y < 32; ++y) {
+      for (int x = 0; x < 32; ++x) {
+        REQUIRE(bytes[static_cast<size_t>((c * 32 + y) * 32 + x)] == (13 + c * 50 + y * 3 + x) % 256);
+      }
+    }
+  }
+  CHECK(eval->get(2, out.data(), 0) == 9);
+
+  options.augment = true;
+  const auto augmented = open_dataset(options, Split::kTrain);
+  int flips = 0;
+  int shifts = 0;
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    augmented->get(4, out.data(), seed);
+    bytes = to_bytes(out);
+    std::vector<float> again(out.size());
+    augmented->get(4, again.data(), seed);
+    REQUIRE(again == out);  // the seed alone decides the transform
+    // Some crop offset (dy, dx) in [-4, 4] and flip must explain every output pixel.
+    bool explained = false;
+    for (int dy = -4; dy <= 4 && !explained; ++dy) {
+      for (int dx = -4; dx <= 4 && !explained; ++dx) {
+        for (int flip = 0; flip < 2 && !explained; ++flip) {
+          bool match = true;
+          for (size_t j = 0; j < bytes.size() && match; ++j) {
+            const int c = static_cast<int>(j / 1024);
+            const int y = static_cast<int>(j / 32 % 32);
+            const int x = static_cast<int>(j % 32);
+            const int sy = y + dy;
+            const int sx = (flip ? 31 - x : x) + dx;
+            const bool inside = sy >= 0 && sy < 32 && sx >= 0 && sx < 32;
+            match = bytes[j] == (inside ? (13 + c * 50 + sy * 3 + sx) % 256 : 0);
+          }
+          if (match) {
+            explained = true;
+            flips += flip;
+            shifts += dy != 0 || dx != 0;
+          }
+        }
+      }
+    }
+    REQUIRE(explained);
+  }
+  CHECK(flips > 5);
+  CHECK(flips < 35);
+  CHECK(shifts > 20);
+}
+
+TEST_CASE("CIFAR-10 reader rejects missing, truncated and CIFAR-100 files, naming them") {
+  test::TempDir dir;
+  const DataOptions options = options_for("cifar10", dir.str());
+  std::string error = open_error(options);
+  CHECK(contains(error, (dir.path() / "data_batch_1.bin").string() + ": not found"));
+
+  write_cifar(dir.path(), 2);
+  const fs::path third = dir.path() / "data_batch_3.bin";
+  std::vector<uint8_t> bytes = test::cifar_records(2);
+  bytes.resize(bytes.size() - 10);
+  test::write_bytes(third, bytes);
+  error = open_error(options);
+  CHECK(contains(error, third.string() + ": truncated: 6136 bytes is not a whole number"));
+
+  bytes = test::cifar_records(2);
+  bytes[3073] = 57;  // record 1's label
+  test::write_bytes(third, bytes);
+  error = open_error(options);
+  CHECK(contains(error, third.string() + ": corrupt: record 1 has label 57"));
+  CHECK(open_error(options, Split::kTest).empty());
+}
+
+TEST_CASE("synthetic dataset: shape, determinism, on_device; unknown names are refused") {
+  DataOptions options = options_for("synthetic", "");
+  options.synthetic_samples = 10;
+  options.synthetic_classes = 3;
+  options.synthetic_channels = 2;
+  options.synthetic_image_size = 8;
+  const auto dataset = open_dataset(options, Split::kTrain);
+  CHECK(dataset->on_device());
+  CHECK(dataset->size() == 10);
+  CHECK(dataset->num_classes() == 3);
+  CHECK(dataset->shape().numel() == 128);
+  std::vector<float> a(128);
+  std::vector<float> b(128);
+  const int64_t label = dataset->get(5, a.data(), 1);
+  CHECK(dataset->get(5, b.data(), 2) == label);
+  CHECK(a == b);
+  CHECK((label >= 0 && label < 3));
+  double sum = 0;
+  for (float v : a) sum += v * v;
+  CHECK(sum / 128 == Approx(1.0).margin(0.5));  // unit variance, roughly
+  dataset->get(6, b.data(), 1);
+  CHECK(a != b);
+
+  const std::string error = open_error(options_for("imagenet", "/tmp"));
+  CHECK(contains(error, "\"imagenet\" is not one of: fashion_mnist, mnist, cifar10"));
+}
