@@ -1,5 +1,9 @@
 #include "data/options.h"
 
+// fmt::join, used by common/options_check.h, moved to fmt/ranges.h in fmt 10 (the fmt that
+// LibTorch 2.x brings); it must be declared before that header.
+#include <fmt/ranges.h>
+
 #include "common/options_check.h"
 
 namespace dtrain::data {
