@@ -15,6 +15,20 @@ namespace dtrain::data::test {
 
 namespace fs = std::filesystem;
 
+// Not fs::remove_all: the PyTorch 2.x wheels' libtorch_cpu.so exports its own copy of
+// std::filesystem, which interposes libstdc++'s, and its remove_all jumps to a null pointer.
+inline void remove_tree(const fs::path& path) {
+  std::error_code ignored;
+  if (fs::is_directory(fs::symlink_status(path, ignored))) {
+    std::vector<fs::path> children;
+    for (const fs::directory_entry& entry : fs::directory_iterator(path, ignored)) {
+      children.push_back(entry.path());
+    }
+    for (const fs::path& child : children) remove_tree(child);
+  }
+  fs::remove(path, ignored);
+}
+
 // A fresh folder under the system temporary directory, removed with its content.
 class TempDir {
  public:
@@ -26,10 +40,7 @@ class TempDir {
     }
     throw std::runtime_error("cannot create a temporary directory");
   }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
+  ~TempDir() { remove_tree(path_); }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 

@@ -259,3 +259,45 @@ TEST_CASE("synthetic data: one device batch, handed out every micro-step") {
   CHECK(batches[2].images.size(0) == 2);
   CHECK(batches[2].labels.size(0) == 2);
 }
+
+TEST_CASE("on a CUDA device: the same batches, copied; synthetic made there (skipped on CPU)") {
+  if (!torch::cuda::is_available()) {
+    WARN("no CUDA device: skipped");
+    return;
+  }
+  const torch::Device cuda(torch::kCUDA, 0);
+  auto dataset = std::make_shared<FakeDataset>(50);
+  const ShardedSampler sampler(sampler_options(50, 3, 2, 1, 2, /*drop_last=*/false));
+  for (const int64_t workers : {0, 2}) {
+    LoaderOptions options = loader_options(workers, 2);
+    Loader on_host(dataset, sampler, options, kCpu);
+    options.channels_last = true;
+    Loader on_device(dataset, sampler, options, cuda);
+    on_host.start_epoch(3);
+    on_device.start_epoch(3);
+    Batch a;
+    Batch b;
+    while (on_host.next(a)) {
+      REQUIRE(on_device.next(b));
+      CHECK(b.images.device() == cuda);
+      CHECK(b.labels.device() == cuda);
+      CHECK(b.images.is_contiguous(at::MemoryFormat::ChannelsLast));
+      CHECK(b.images.cpu().equal(a.images));
+      CHECK(b.labels.cpu().equal(a.labels));
+    }
+    CHECK_FALSE(on_device.next(b));
+  }
+  dtrain::data::DataOptions options;
+  options.dataset = "synthetic";
+  options.synthetic_samples = 100;
+  std::shared_ptr<const Dataset> synthetic =
+      dtrain::data::open_dataset(options, dtrain::data::Split::kTrain);
+  Loader loader(synthetic, ShardedSampler(sampler_options(100, 8, 1, 0, 1, true)),
+                loader_options(2, 2), cuda);
+  loader.start_epoch(0);
+  Batch batch;
+  REQUIRE(loader.next(batch));
+  CHECK(batch.images.device() == cuda);
+  CHECK(batch.images.sizes() == torch::IntArrayRef({8, 3, 224, 224}));
+  CHECK(batch.labels.device() == cuda);
+}
