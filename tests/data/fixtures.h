@@ -54,7 +54,8 @@ class TempDir {
 inline void write_bytes(const fs::path& path, const std::vector<uint8_t>& bytes) {
   fs::create_directories(path.parent_path());
   std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
@@ -72,7 +73,9 @@ inline std::vector<uint8_t> read_bytes(const fs::path& path) {
 }
 
 inline void put_be32(std::vector<uint8_t>& bytes, uint32_t value) {
-  for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(static_cast<uint8_t>(value >> shift));
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    bytes.push_back(static_cast<uint8_t>(value >> shift));
+  }
 }
 
 // IDX image file: magic 2051, count, rows, cols, then pixel (i, y, x) = (i * 31 + y * 7 + x) % 256.
@@ -82,7 +85,9 @@ inline std::vector<uint8_t> idx_images(uint32_t count, uint32_t rows, uint32_t c
   for (uint32_t v : {magic, count, rows, cols}) put_be32(bytes, v);
   for (uint32_t i = 0; i < count; ++i) {
     for (uint32_t y = 0; y < rows; ++y) {
-      for (uint32_t x = 0; x < cols; ++x) bytes.push_back(static_cast<uint8_t>((i * 31 + y * 7 + x) % 256));
+      for (uint32_t x = 0; x < cols; ++x) {
+        bytes.push_back(static_cast<uint8_t>((i * 31 + y * 7 + x) % 256));
+      }
     }
   }
   return bytes;
@@ -96,14 +101,17 @@ inline std::vector<uint8_t> idx_labels(uint32_t count, uint32_t magic = 2049) {
   return bytes;
 }
 
-// CIFAR-10 records: label (first_label + r) % 10, pixel (c, y, x) = (r * 13 + c * 50 + y * 3 + x) % 256.
+// CIFAR-10 records: label (first_label + r) % 10,
+// pixel (c, y, x) = (r * 13 + c * 50 + y * 3 + x) % 256.
 inline std::vector<uint8_t> cifar_records(int count, int first_label = 0) {
   std::vector<uint8_t> bytes;
   for (int r = 0; r < count; ++r) {
     bytes.push_back(static_cast<uint8_t>((first_label + r) % 10));
     for (int c = 0; c < 3; ++c) {
       for (int y = 0; y < 32; ++y) {
-        for (int x = 0; x < 32; ++x) bytes.push_back(static_cast<uint8_t>((r * 13 + c * 50 + y * 3 + x) % 256));
+        for (int x = 0; x < 32; ++x) {
+          bytes.push_back(static_cast<uint8_t>((r * 13 + c * 50 + y * 3 + x) % 256));
+        }
       }
     }
   }

@@ -77,7 +77,8 @@ TEST_CASE("image folder: classes, files, BGR to RGB, train and eval transforms")
   std::vector<uint8_t> gradient;
   for (int y = 0; y < 40; ++y) {
     for (int x = 0; x < 40; ++x) {
-      gradient.insert(gradient.end(), {static_cast<uint8_t>(x * 6), static_cast<uint8_t>(y * 6), 128});
+      gradient.insert(gradient.end(),
+                      {static_cast<uint8_t>(x * 6), static_cast<uint8_t>(y * 6), 128});
     }
   }
   write_png(train / "dog" / "sub" / "d.png", 40, 40, gradient);

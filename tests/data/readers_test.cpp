@@ -197,7 +197,8 @@ TEST_CASE("CIFAR-10 reader: records, subfolder, crop-and-flip augmentation") {
   for (int c = 0; c < 3; ++c) {
     for (int y = 0; y < 32; ++y) {
       for (int x = 0; x < 32; ++x) {
-        REQUIRE(bytes[static_cast<size_t>((c * 32 + y) * 32 + x)] == (13 + c * 50 + y * 3 + x) % 256);
+        REQUIRE(bytes[static_cast<size_t>((c * 32 + y) * 32 + x)] ==
+                (13 + c * 50 + y * 3 + x) % 256);
       }
     }
   }
