@@ -1,6 +1,7 @@
 #include "trainer/checkpoint.h"
 
 #include "common/error.h"
+#include "common/files.h"
 #include "models/export.h"
 
 #include <fmt/format.h>
@@ -48,7 +49,7 @@ void Checkpointer::save(const CheckpointInfo& info, torch::nn::Module& model,
                         dist::Strategy& strategy, const std::string& config_toml) const {
   const fs::path final_path = fs::path(dir_) / fmt::format("{}{:08d}", kPrefix, info.step);
   const fs::path temp_path = final_path.string() + ".tmp";
-  fs::remove_all(temp_path);
+  remove_tree(temp_path);
   fs::create_directories(temp_path);
 
   models::save_state_dict(model, (temp_path / "model.pt").string());
@@ -61,7 +62,7 @@ void Checkpointer::save(const CheckpointInfo& info, torch::nn::Module& model,
   write_file(temp_path / "DONE", "");
 
   // rename() of a directory is atomic: readers see the old checkpoint set or the new one.
-  fs::remove_all(final_path);
+  remove_tree(final_path);
   fs::rename(temp_path, final_path);
   prune();
 }
@@ -69,7 +70,7 @@ void Checkpointer::save(const CheckpointInfo& info, torch::nn::Module& model,
 void Checkpointer::prune() const {
   std::vector<fs::path> complete = complete_checkpoints(dir_);
   const int64_t excess = static_cast<int64_t>(complete.size()) - keep_;
-  for (int64_t i = 0; i < excess; ++i) fs::remove_all(complete[i]);
+  for (int64_t i = 0; i < excess; ++i) remove_tree(complete[i]);
 }
 
 std::optional<std::string> Checkpointer::latest() const {

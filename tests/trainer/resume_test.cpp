@@ -1,3 +1,4 @@
+#include "common/files.h"
 #include "trainer/checkpoint.h"
 #include "trainer/config.h"
 #include "trainer/train.h"
@@ -33,7 +34,7 @@ TEST_CASE("resuming from a checkpoint gives bitwise the same weights", "[resume]
     return;
   }
   const fs::path root = fs::temp_directory_path() / "dtrain_resume_test";
-  fs::remove_all(root);
+  dtrain::remove_tree(root);
 
   // Straight through: 12 steps, checkpoints at 6 and 12.
   dtrain::trainer::run_training(small_run(root / "straight", "2"), {});
@@ -54,12 +55,12 @@ TEST_CASE("resuming from a checkpoint gives bitwise the same weights", "[resume]
         read_bytes(resumed / "step_00000012" / "model.pt"));
   CHECK(read_bytes(straight / "step_00000012" / "optimizer.pt") ==
         read_bytes(resumed / "step_00000012" / "optimizer.pt"));
-  fs::remove_all(root);
+  dtrain::remove_tree(root);
 }
 
 TEST_CASE("an interrupted checkpoint write leaves the last complete one in place", "[resume]") {
   const fs::path dir = fs::temp_directory_path() / "dtrain_partial_checkpoint";
-  fs::remove_all(dir);
+  dtrain::remove_tree(dir);
   fs::create_directories(dir / "step_00000004");
   std::ofstream(dir / "step_00000004" / "DONE");
   // A crash mid-write leaves a .tmp directory without DONE; it must never be chosen.
@@ -68,5 +69,5 @@ TEST_CASE("an interrupted checkpoint write leaves the last complete one in place
   const auto latest = dtrain::trainer::Checkpointer(dir.string(), 2).latest();
   REQUIRE(latest);
   CHECK(fs::path(*latest).filename() == "step_00000004");
-  fs::remove_all(dir);
+  dtrain::remove_tree(dir);
 }
