@@ -9,7 +9,10 @@ namespace dtrain::optim {
 
 class LrSchedule {
  public:
-  // `total_steps` is the run's last step; epochs convert to steps by `steps_per_epoch`.
+  // `total_steps`: the number of optimizer steps in the run (steps 0 .. total_steps - 1); the
+  // cosine reaches min_lr at step total_steps. Epochs convert to steps by `steps_per_epoch`;
+  // warmup lasts round(warmup_epochs * steps_per_epoch) steps. Throws UserError for an
+  // unknown decay.
   LrSchedule(ScheduleOptions options, double peak_lr, int64_t steps_per_epoch,
              int64_t total_steps);
   // The learning rate for step `step` (0-based), applied before that step's update.

@@ -1,0 +1,64 @@
+#include "optim/optimizer.h"
+
+#include "common/error.h"
+
+#include <fmt/format.h>
+
+#include <utility>
+
+namespace dtrain::optim {
+namespace {
+
+// Builds `Optimizer` over group 0 (`decay`, with the defaults) and, when `split`, group 1
+// (`no_decay`, the same options with weight_decay 0). A group may be empty: a rank's shard
+// can hold only 1-D tensors, and the group indices stay fixed either way.
+template <typename Optimizer, typename Options>
+std::unique_ptr<torch::optim::Optimizer> build(const Options& defaults,
+                                               std::vector<torch::Tensor> decay,
+                                               std::vector<torch::Tensor> no_decay, bool split) {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::move(decay), std::make_unique<Options>(defaults));
+  if (split) {
+    Options without_decay = defaults;
+    without_decay.weight_decay(0.0);
+    groups.emplace_back(std::move(no_decay), std::make_unique<Options>(without_decay));
+  }
+  return std::make_unique<Optimizer>(std::move(groups), defaults);
+}
+
+}  // namespace
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& options,
+                                                        const std::vector<torch::Tensor>& params) {
+  // Biases and normalisation gains/shifts are the tensors of at most one dimension.
+  const bool split = !options.decay_norm_and_bias;
+  std::vector<torch::Tensor> decay, no_decay;
+  for (const auto& param : params) (split && param.dim() <= 1 ? no_decay : decay).push_back(param);
+
+  if (options.name == "sgd") {
+    // torch::optim::SGD: g += wd * p; b = momentum * b + g (b = g at the first step);
+    // p -= lr * (nesterov ? g + momentum * b : b).
+    const auto defaults = torch::optim::SGDOptions(options.lr)
+                              .momentum(options.momentum)
+                              .dampening(0.0)
+                              .weight_decay(options.weight_decay)
+                              .nesterov(options.nesterov);
+    return build<torch::optim::SGD>(defaults, std::move(decay), std::move(no_decay), split);
+  }
+  if (options.name == "adamw") {
+    // Loshchilov & Hutter 2019, Algorithm 2, with decoupled decay p -= lr * wd * p.
+    const auto defaults = torch::optim::AdamWOptions(options.lr)
+                              .betas(std::make_tuple(options.beta1, options.beta2))
+                              .eps(options.eps)
+                              .weight_decay(options.weight_decay)
+                              .amsgrad(false);
+    return build<torch::optim::AdamW>(defaults, std::move(decay), std::move(no_decay), split);
+  }
+  throw UserError(fmt::format("optim.name \"{}\" is not one of: sgd, adamw", options.name));
+}
+
+void set_lr(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
+}  // namespace dtrain::optim
