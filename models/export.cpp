@@ -3,6 +3,7 @@
 #include "common/error.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (fmt >= 10 keeps it here)
 
 #include <algorithm>
 #include <cerrno>

@@ -6,6 +6,7 @@
 #include "models/simple_cnn.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (fmt >= 10 keeps it here)
 
 namespace dtrain::models {
 namespace {

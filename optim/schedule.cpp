@@ -9,6 +9,9 @@
 #include <utility>
 
 namespace dtrain::optim {
+namespace {
+constexpr double kPi = 3.14159265358979323846;  // M_PI is not standard C++
+}  // namespace
 
 LrSchedule::LrSchedule(ScheduleOptions options, double peak_lr, int64_t steps_per_epoch,
                        int64_t total_steps)
@@ -48,7 +51,7 @@ double LrSchedule::lr_at(int64_t step) const {
     const int64_t decay_steps = total_steps_ - warmup_steps_;
     if (decay_steps <= 0) return peak_lr_;
     const double t = static_cast<double>(std::min(step - warmup_steps_, decay_steps));
-    const double cosine = 0.5 * (1.0 + std::cos(M_PI * t / static_cast<double>(decay_steps)));
+    const double cosine = 0.5 * (1.0 + std::cos(kPi * t / static_cast<double>(decay_steps)));
     return options_.min_lr + (peak_lr_ - options_.min_lr) * cosine;
   }
   return peak_lr_;  // "constant"

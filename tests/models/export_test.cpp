@@ -1,4 +1,5 @@
 // State-dict files: save, perturb, load round trips bitwise; mismatches name key and file.
+#include "common/files.h"
 #include "models/export.h"
 #include "models/registry.h"
 
@@ -6,6 +7,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -20,10 +22,11 @@ namespace {
 class TempDir {
  public:
   TempDir() : path_(fs::temp_directory_path() / fmt::format("dtrain_export_test_{}", getpid())) {
-    fs::remove_all(path_);
+    dtrain::remove_tree(path_);
     fs::create_directories(path_);
   }
-  ~TempDir() { fs::remove_all(path_); }
+  // remove_tree, not fs::remove_all, which crashes under PyTorch 2.x wheels' LibTorch.
+  ~TempDir() { dtrain::remove_tree(path_); }
   std::string file(const std::string& name) const { return (path_ / name).string(); }
 
  private:
@@ -178,5 +181,42 @@ TEST_CASE("loading a mismatched state dict names the problem and the file", "[mo
                Catch::Matchers::Contains("not a dict"));
     CHECK_THAT(user_error([&] { save_state_dict(*net, dir.file("no/such/dir/x.pt")); }),
                Catch::Matchers::Contains("no/such/dir/x.pt.tmp"));
+  }
+}
+
+// Hidden (run by hand): writes state dicts and eval-mode logits of our torchvision-named
+// ResNets for tests/models/check_torchvision.py, which loads them into torchvision with
+// strict=True and compares the logits. Usage:
+//   DTRAIN_EXPORT_DIR=/tmp/x build/tests/models_tests "[python]"
+//   python3 tests/models/check_torchvision.py /tmp/x
+TEST_CASE("export ResNets for the torchvision check", "[.][python]") {
+  // CTest's "[#export_test]" filter selects hidden cases too: without the variable, do nothing.
+  const char* dir = std::getenv("DTRAIN_EXPORT_DIR");
+  if (dir == nullptr) {
+    SUCCEED("DTRAIN_EXPORT_DIR is not set");
+    return;
+  }
+  fs::create_directories(dir);
+  for (const std::string name : {"resnet18", "resnet34", "resnet50"}) {
+    torch::manual_seed(0);
+    ModelOptions options;
+    options.name = name;
+    options.stem = "imagenet";
+    auto net = make_model(options, {3, 64, 64}, 1000);
+    // A few training-mode passes give BatchNorm non-trivial running statistics.
+    {
+      torch::NoGradGuard no_grad;
+      for (int i = 0; i < 3; ++i) net->forward(torch::randn({4, 3, 64, 64}) * 2.0 + 0.5);
+    }
+    net->eval();
+    torch::NoGradGuard no_grad;
+    const auto input = torch::randn({2, 3, 64, 64});
+    c10::Dict<std::string, torch::Tensor> io;
+    io.insert("input", input);
+    io.insert("logits", net->forward(input));
+    save_state_dict(*net, (fs::path(dir) / (name + ".pt")).string());
+    const auto bytes = torch::pickle_save(torch::IValue(io));
+    std::ofstream((fs::path(dir) / (name + "_io.pt")).string(), std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }
 }
