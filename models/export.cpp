@@ -112,7 +112,9 @@ void describe(std::vector<std::string>& problems, const std::vector<std::string>
 
 void save_state_dict(torch::nn::Module& module, const std::string& path) {
   c10::Dict<std::string, torch::Tensor> tensors;
-  for (const auto& [name, tensor] : state_tensors(module)) tensors.insert(name, compact_cpu(tensor));
+  for (const auto& [name, tensor] : state_tensors(module)) {
+    tensors.insert(name, compact_cpu(tensor));
+  }
   write_file(path, torch::pickle_save(torch::IValue(tensors)));
 }
 

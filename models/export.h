@@ -4,8 +4,10 @@
 // Python reads one with `torch.load(path, weights_only=False)` and passes it to
 // `torchvision.models.resnet50(num_classes=...).load_state_dict(sd, strict=True)`. libtorch's
 // pickler tags the dict with `torch.jit._pickle.restore_type_tag`, which torch >= 2.6 rejects
-// under its default weights_only=True; allow it with
-// `torch.serialization.add_safe_globals([torch.jit._pickle.restore_type_tag])` instead.
+// under its default weights_only=True; to keep weights_only, first run
+//   import torch.jit._pickle
+//   torch.serialization.add_safe_globals([torch.jit._pickle.restore_type_tag])
+// (Checked with torch 2.11 / torchvision 0.26: tests/models/check_torchvision.py.)
 // Python writes one for load_state_dict() with `torch.save(dict(model.state_dict()), path)`
 // (a plain dict: libtorch does not unpickle collections.OrderedDict).
 #pragma once

@@ -11,16 +11,19 @@ import os
 import sys
 
 import torch
+import torch.jit._pickle
 import torchvision
 
 
 def main(directory):
+    # libtorch's pickler tags dicts with torch.jit._pickle.restore_type_tag, which
+    # weights_only=True (torch.load's default from torch 2.6) allows only when listed.
+    if hasattr(torch.serialization, "add_safe_globals"):
+        torch.serialization.add_safe_globals([torch.jit._pickle.restore_type_tag])
     failures = 0
     for name in ("resnet18", "resnet34", "resnet50"):
-        # libtorch's pickler tags dicts with torch.jit._pickle.restore_type_tag, which
-        # weights_only=True (the default from torch 2.6) does not allow.
-        state = torch.load(os.path.join(directory, name + ".pt"), weights_only=False)
-        io = torch.load(os.path.join(directory, name + "_io.pt"), weights_only=False)
+        state = torch.load(os.path.join(directory, name + ".pt"))
+        io = torch.load(os.path.join(directory, name + "_io.pt"))
         model = getattr(torchvision.models, name)(num_classes=1000)
         count = sum(p.numel() for p in model.parameters())
         model.load_state_dict(state, strict=True)

@@ -58,7 +58,8 @@ TEST_CASE("cosine decays from peak to min_lr over the steps after warmup", "[opt
   CHECK(lr.lr_at(25) == Approx(0.8681980515339464).epsilon(1e-12));  // 0.1 + 0.45(1 + 1/sqrt 2)
   CHECK(lr.lr_at(50) == Approx(0.55).epsilon(1e-12));
   CHECK(lr.lr_at(75) == Approx(0.2318019484660536).epsilon(1e-12));  // 0.1 + 0.45(1 - 1/sqrt 2)
-  CHECK(lr.lr_at(99) == Approx(0.1 + 0.45 * (1.0 + std::cos(3.14159265358979323846 * 0.99))).epsilon(1e-12));
+  const double pi = 3.14159265358979323846;
+  CHECK(lr.lr_at(99) == Approx(0.1 + 0.45 * (1.0 + std::cos(pi * 0.99))).epsilon(1e-12));
   CHECK(lr.lr_at(99) < 0.1003);
   CHECK(lr.lr_at(100) == Approx(0.1).epsilon(1e-12));
   CHECK(lr.lr_at(500) == Approx(0.1).epsilon(1e-12));
