@@ -9,8 +9,11 @@
 
 namespace dtrain::models {
 
-// One unit of the forward pass, in execution order. `prefix` is the unit's parameter-name
-// prefix in named_parameters() (e.g. "layer2.1."), so the unit's tensors can be found by name.
+// One unit of the forward pass, in execution order. `prefix` is the unit's name prefix in the
+// model's named_parameters() / named_buffers(), ending in '.' (e.g. "layer2.1."): for every
+// (name, tensor) of module->named_parameters() and module->named_buffers(), the model holds the
+// same tensor as prefix + name. `module` is owned by the model and lives as long as it does.
+// A stem made of sibling modules is listed as one unit each (ResNet: "conv1.", then "bn1.").
 struct Unit {
   std::string prefix;
   torch::nn::Module* module;
