@@ -2,9 +2,10 @@
 # Run on a CPU (Debian) machine before working on a GPU machine, which has CUDA LibTorch, NCCL
 # and Open MPI but none of dtrain's other libraries and no network: downloads their Debian
 # packages and unpacks them into ./.deps (git-ignored), to travel with the project tree.
+# fmt is not among them: PyTorch's LibTorch ships its own, which dtrain then uses header-only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-packages=(libtomlplusplus-dev libtomlplusplus3 catch2 libfmt-dev libfmt9 libcli11-dev
+packages=(libtomlplusplus-dev libtomlplusplus3 catch2 libcli11-dev
           nlohmann-json3-dev)
 tmp=$(mktemp -d)
 (cd "$tmp" && apt-get download "${packages[@]}" >/dev/null 2>&1) \

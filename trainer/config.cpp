@@ -35,14 +35,24 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+size_t common_prefix(const std::string& a, const std::string& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
+// The closest known name, ties going to the longest shared prefix ("lrate" -> "lr").
 std::string did_you_mean(const std::string& wrong, const std::vector<std::string>& known) {
   std::string best;
   size_t best_distance = std::max<size_t>(3, wrong.size() / 3) + 1;
+  size_t best_prefix = 0;
   for (const std::string& candidate : known) {
     const size_t distance = edit_distance(wrong, candidate);
-    if (distance < best_distance) {
+    const size_t prefix = common_prefix(wrong, candidate);
+    if (distance < best_distance || (distance == best_distance && prefix > best_prefix)) {
       best = candidate;
       best_distance = distance;
+      best_prefix = prefix;
     }
   }
   return best.empty() ? "" : fmt::format(" (did you mean {}?)", best);

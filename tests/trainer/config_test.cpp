@@ -113,8 +113,8 @@ TEST_CASE("--set overrides parse TOML values and bare words", "[config]") {
 
   const std::vector<std::string> problems = problems_of("", {"optim.lrate=1", "epochs=3"});
   REQUIRE(problems.size() == 2);
-  CHECK(problems[0] == "--set optim.lrate: unknown key (did you mean optim.lr?)");
-  CHECK(problems[1] == "--set epochs=3: expected section.key=value");
+  CHECK(problems[0] == "--set epochs=3: expected section.key=value");
+  CHECK(problems[1] == "--set optim.lrate: unknown key (did you mean optim.lr?)");
 }
 
 TEST_CASE("missing files and syntax errors are one line each", "[config]") {
