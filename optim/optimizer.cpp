@@ -1,6 +1,7 @@
 #include "optim/optimizer.h"
 
 #include "common/error.h"
+#include "optim/foreach_sgd.h"
 
 #include <fmt/format.h>
 
@@ -36,14 +37,15 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& 
   for (const auto& param : params) (split && param.dim() <= 1 ? no_decay : decay).push_back(param);
 
   if (options.name == "sgd") {
-    // torch::optim::SGD: g += wd * p; b = momentum * b + g (b = g at the first step);
+    // torch::optim::SGD's arithmetic with multi-tensor kernels (foreach_sgd.h):
+    // g += wd * p; b = momentum * b + g (b = g at the first step);
     // p -= lr * (nesterov ? g + momentum * b : b).
     const auto defaults = torch::optim::SGDOptions(options.lr)
                               .momentum(options.momentum)
                               .dampening(0.0)
                               .weight_decay(options.weight_decay)
                               .nesterov(options.nesterov);
-    return build<torch::optim::SGD>(defaults, std::move(decay), std::move(no_decay), split);
+    return build<ForeachSGD>(defaults, std::move(decay), std::move(no_decay), split);
   }
   if (options.name == "adamw") {
     // Loshchilov & Hutter 2019, Algorithm 2, with decoupled decay p -= lr * wd * p.

@@ -51,10 +51,10 @@ TEST_CASE("resuming from a checkpoint gives bitwise the same weights", "[resume]
   dtrain::trainer::run_training(small_run(root / "resumed", "0"), flags);
   REQUIRE(fs::exists(resumed / "step_00000012" / "DONE"));
 
+  // The weights after six more steps depend on the restored momentum buffers and BatchNorm
+  // statistics too. (optimizer.pt bytes differ: LibTorch keys its state by tensor address.)
   CHECK(read_bytes(straight / "step_00000012" / "model.pt") ==
         read_bytes(resumed / "step_00000012" / "model.pt"));
-  CHECK(read_bytes(straight / "step_00000012" / "optimizer.pt") ==
-        read_bytes(resumed / "step_00000012" / "optimizer.pt"));
   dtrain::remove_tree(root);
 }
 

@@ -1,0 +1,104 @@
+// ForeachSGD must be torch::optim::SGD, bit for bit, with interchangeable state.
+#include "optim/foreach_sgd.h"
+
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+namespace {
+
+std::vector<torch::Tensor> make_params() {
+  torch::manual_seed(3);
+  return {torch::randn({4, 3}).requires_grad_(true), torch::randn({5}).requires_grad_(true),
+          torch::randn({2, 2, 3}).requires_grad_(true)};
+}
+
+std::vector<torch::Tensor> clone_params(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> copies;
+  for (const auto& p : params) copies.push_back(p.detach().clone().requires_grad_(true));
+  return copies;
+}
+
+// A loss whose gradients change with the parameters, so momentum matters.
+void backward(const std::vector<torch::Tensor>& params, int step) {
+  torch::Tensor loss = torch::zeros({});
+  for (size_t i = 0; i < params.size(); ++i) {
+    loss = loss + (params[i] * params[i]).sum() * (0.5 + static_cast<double>(i + step) / 7.0) +
+           params[i].sin().sum();
+  }
+  loss.backward();
+}
+
+template <typename Optimizer>
+std::unique_ptr<torch::optim::Optimizer> make(const std::vector<torch::Tensor>& params,
+                                              const torch::optim::SGDOptions& options) {
+  // Two groups, the second without weight decay, as make_optimizer builds them.
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<torch::Tensor>{params[0], params[2]},
+                      std::make_unique<torch::optim::SGDOptions>(options));
+  auto no_decay = options;
+  no_decay.weight_decay(0.0);
+  groups.emplace_back(std::vector<torch::Tensor>{params[1]},
+                      std::make_unique<torch::optim::SGDOptions>(no_decay));
+  return std::make_unique<Optimizer>(std::move(groups), options);
+}
+
+void check_identical(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  for (size_t i = 0; i < a.size(); ++i) CHECK(torch::equal(a[i], b[i]));
+}
+
+}  // namespace
+
+TEST_CASE("ForeachSGD equals torch::optim::SGD bitwise", "[optim][sgd]") {
+  const bool nesterov = GENERATE(false, true);
+  const double momentum = nesterov ? 0.9 : GENERATE(0.0, 0.9);
+  const auto options =
+      torch::optim::SGDOptions(0.05).momentum(momentum).weight_decay(1e-2).nesterov(nesterov);
+  auto ours = make_params();
+  auto reference = clone_params(ours);
+  auto foreach_sgd = make<dtrain::optim::ForeachSGD>(ours, options);
+  auto torch_sgd = make<torch::optim::SGD>(reference, options);
+  for (int step = 0; step < 5; ++step) {
+    foreach_sgd->zero_grad();
+    torch_sgd->zero_grad();
+    backward(ours, step);
+    backward(reference, step);
+    foreach_sgd->step();
+    torch_sgd->step();
+  }
+  check_identical(ours, reference);
+}
+
+TEST_CASE("ForeachSGD state loads into torch::optim::SGD and back", "[optim][sgd]") {
+  const auto options = torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(5e-4);
+  auto ours = make_params();
+  auto reference = clone_params(ours);
+  auto foreach_sgd = make<dtrain::optim::ForeachSGD>(ours, options);
+  for (int step = 0; step < 3; ++step) {
+    foreach_sgd->zero_grad();
+    backward(ours, step);
+    foreach_sgd->step();
+  }
+  // Hand the state over to torch's SGD on a copy of the weights; both continue identically.
+  torch::serialize::OutputArchive saved;
+  foreach_sgd->save(saved);
+  std::stringstream bytes;
+  saved.save_to(bytes);
+  for (size_t i = 0; i < ours.size(); ++i) {
+    torch::NoGradGuard no_grad;
+    reference[i].copy_(ours[i]);
+  }
+  auto torch_sgd = make<torch::optim::SGD>(reference, options);
+  torch::serialize::InputArchive loaded;
+  loaded.load_from(bytes);
+  torch_sgd->load(loaded);
+  for (int step = 3; step < 6; ++step) {
+    foreach_sgd->zero_grad();
+    torch_sgd->zero_grad();
+    backward(ours, step);
+    backward(reference, step);
+    foreach_sgd->step();
+    torch_sgd->step();
+  }
+  check_identical(ours, reference);
+}
