@@ -1,5 +1,6 @@
 #include "optim/foreach_sgd.h"
 
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -8,12 +9,14 @@ namespace dtrain::optim {
 
 namespace {
 
-// torch::optim::Optimizer keys its per-parameter state by the TensorImpl: as a string in
-// LibTorch 1.x, as the pointer itself in 2.x.
+// torch::optim::Optimizer keys its per-parameter state by the TensorImpl: as the pointer
+// printed to a string in LibTorch 1.x (c10::guts::to_string), as the pointer itself in 2.x.
 template <typename Key>
 Key state_key(const torch::Tensor& param) {
   if constexpr (std::is_same_v<Key, std::string>) {
-    return c10::guts::to_string(param.unsafeGetTensorImpl());
+    std::ostringstream address;
+    address << param.unsafeGetTensorImpl();
+    return address.str();
   } else {
     return param.unsafeGetTensorImpl();
   }
