@@ -1,28 +1,11 @@
 #include "optim/foreach_sgd.h"
 
-#include <sstream>
-#include <string>
+#include "optim/state_key.h"
+
 #include <type_traits>
 #include <vector>
 
 namespace dtrain::optim {
-
-namespace {
-
-// torch::optim::Optimizer keys its per-parameter state by the TensorImpl: as the pointer
-// printed to a string in LibTorch 1.x (c10::guts::to_string), as the pointer itself in 2.x.
-template <typename Key>
-Key state_key(const torch::Tensor& param) {
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream address;
-    address << param.unsafeGetTensorImpl();
-    return address.str();
-  } else {
-    return param.unsafeGetTensorImpl();
-  }
-}
-
-}  // namespace
 
 torch::Tensor ForeachSGD::step(LossClosure closure) {
   torch::NoGradGuard no_grad;

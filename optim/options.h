@@ -10,7 +10,8 @@
 namespace dtrain::optim {
 
 struct OptimizerOptions {
-  // "sgd" (momentum, optional Nesterov) or "adamw".
+  // "sgd" (momentum, optional Nesterov), "adamw", "lars" (momentum SGD with layer-wise trust
+  // ratio) or "lamb" (Adam with layer-wise trust ratio).
   std::string name = "sgd";
   // Peak learning rate, reached at the end of warmup.
   double lr = 0.1;
@@ -22,13 +23,24 @@ struct OptimizerOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
+  // lars/lamb: trust-ratio adaptation for 1-D tensors (biases, normalisation) too; when
+  // false they form group 1 and take plain momentum SGD / Adam steps.
+  bool adapt_norm_and_bias = false;
+  // lars: eta of the trust ratio eta * ||w|| / (||g|| + wd * ||w|| + trust_eps).
+  double trust_coefficient = 0.001;
+  // lars/lamb: added to the trust ratio's denominator.
+  double trust_eps = 0.0;
+  // lars/lamb: upper clamp of the trust ratio; 0 = off.
+  double max_trust_ratio = 0.0;
+  // lamb: clip the global gradient norm to this before the moments; 0 = off.
+  double max_grad_norm = 0.0;
 
   FieldErrors validate() const;
 };
 
 struct ScheduleOptions {
-  // After warmup: "cosine" (to min_lr at the last step), "step" (x gamma at each
-  // milestone epoch) or "constant".
+  // After warmup: "cosine" (to min_lr at the last step), "poly" (min_lr + (lr - min_lr) x
+  // (1 - t/T)^power), "step" (x gamma at each milestone epoch) or "constant".
   std::string decay = "cosine";
   // Linear warmup from lr x warmup_start_factor to lr, in epochs (fractions allowed).
   double warmup_epochs = 0.0;
@@ -36,6 +48,8 @@ struct ScheduleOptions {
   std::vector<int64_t> milestones = {30, 60, 80};
   double gamma = 0.1;
   double min_lr = 0.0;
+  // Exponent of the "poly" decay.
+  double power = 2.0;
 
   FieldErrors validate() const;
 };

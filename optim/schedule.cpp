@@ -22,9 +22,10 @@ LrSchedule::LrSchedule(ScheduleOptions options, double peak_lr, int64_t steps_pe
       warmup_steps_(std::llround(options_.warmup_epochs * static_cast<double>(steps_per_epoch))) {
   DTRAIN_CHECK(steps_per_epoch > 0, "steps_per_epoch {} must be positive", steps_per_epoch);
   DTRAIN_CHECK(total_steps >= 0, "total_steps {} must not be negative", total_steps);
-  if (options_.decay != "cosine" && options_.decay != "step" && options_.decay != "constant") {
-    throw UserError(fmt::format("schedule.decay \"{}\" is not one of: cosine, step, constant",
-                                options_.decay));
+  if (options_.decay != "cosine" && options_.decay != "poly" && options_.decay != "step" &&
+      options_.decay != "constant") {
+    throw UserError(fmt::format(
+        "schedule.decay \"{}\" is not one of: cosine, poly, step, constant", options_.decay));
   }
 }
 
@@ -53,6 +54,16 @@ double LrSchedule::lr_at(int64_t step) const {
     const double t = static_cast<double>(std::min(step - warmup_steps_, decay_steps));
     const double cosine = 0.5 * (1.0 + std::cos(kPi * t / static_cast<double>(decay_steps)));
     return options_.min_lr + (peak_lr_ - options_.min_lr) * cosine;
+  }
+  if (options_.decay == "poly") {
+    // Polynomial decay (You et al. 2017, LARS; MLPerf ResNet-50):
+    //   lr = min + (peak - min) * (1 - t / T)^power, t = step - warmup, T = total - warmup.
+    // As for the cosine: no decay without steps after warmup; min_lr past the end.
+    const int64_t decay_steps = total_steps_ - warmup_steps_;
+    if (decay_steps <= 0) return peak_lr_;
+    const double t = static_cast<double>(std::min(step - warmup_steps_, decay_steps));
+    const double remaining = 1.0 - t / static_cast<double>(decay_steps);
+    return options_.min_lr + (peak_lr_ - options_.min_lr) * std::pow(remaining, options_.power);
   }
   return peak_lr_;  // "constant"
 }

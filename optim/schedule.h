@@ -1,4 +1,4 @@
-// Learning-rate schedules in optimizer steps: linear warmup, then cosine, step or constant.
+// Learning-rate schedules in optimizer steps: linear warmup, then cosine, poly, step or constant.
 #pragma once
 
 #include "optim/options.h"

@@ -108,15 +108,44 @@ TEST_CASE("step decay multiplies by gamma at each milestone epoch", "[optim][sch
   }
 }
 
+TEST_CASE("poly decays as (1 - t/T)^power from peak to min_lr after warmup",
+          "[optim][schedule]") {
+  auto options = schedule("poly", 1.0);  // 10 warmup steps
+  options.min_lr = 0.1;
+  options.warmup_start_factor = 0.0;
+  const LrSchedule lr(options, 1.0, 10, 110);  // T = 100 decay steps
+  CHECK(lr.lr_at(0) == 0.0);
+  CHECK(lr.lr_at(9) == Approx(0.9).epsilon(1e-12));
+  CHECK(lr.lr_at(10) == Approx(1.0).epsilon(1e-12));  // t = 0: the peak
+  CHECK(lr.lr_at(60) == Approx(0.1 + 0.9 * 0.25).epsilon(1e-12));  // (1 - 1/2)^2
+  CHECK(lr.lr_at(109) == Approx(0.1 + 0.9 * 1e-4).epsilon(1e-12));  // (1/100)^2
+  CHECK(lr.lr_at(110) == Approx(0.1).epsilon(1e-12));  // t = T: min_lr
+  CHECK(lr.lr_at(1000) == Approx(0.1).epsilon(1e-12));
+
+  SECTION("power is configurable") {
+    auto linear = options;
+    linear.power = 1.0;
+    linear.min_lr = 0.0;
+    const LrSchedule linear_lr(linear, 2.0, 10, 110);
+    CHECK(linear_lr.lr_at(35) == Approx(1.5).epsilon(1e-12));
+  }
+
+  SECTION("a run no longer than its warmup never decays") {
+    const LrSchedule short_run(options, 1.0, 10, 5);
+    CHECK(short_run.lr_at(20) == Approx(1.0).epsilon(1e-12));
+  }
+}
+
 TEST_CASE("schedule options are validated", "[optim][schedule]") {
   ScheduleOptions options;
   CHECK(options.validate().empty());
   options.decay = "linear";
   options.milestones = {30, 10};
   options.gamma = 2.0;
+  options.power = 0.0;
   const auto errors = options.validate();
   std::vector<std::string> keys;
   for (const auto& error : errors) keys.push_back(error.key);
-  CHECK(keys == std::vector<std::string>{"decay", "gamma", "milestones"});
+  CHECK(keys == std::vector<std::string>{"decay", "gamma", "power", "milestones"});
   CHECK_THROWS_AS(LrSchedule(options, 0.1, 10, 100), dtrain::UserError);
 }

@@ -1,0 +1,32 @@
+#include "optim/trust_ratio.h"
+
+namespace dtrain::optim {
+
+torch::Tensor trust_ratios(const std::vector<torch::Tensor>& params,
+                           const std::vector<torch::Tensor>& updates, const NormReducer& reducer,
+                           const TrustRatioArgs& args) {
+  if (params.empty()) {
+    if (reducer) reducer(params, torch::zeros({2, 0}));
+    return torch::ones({0});
+  }
+  // [2, n]: squared norms of the weights (row 0) and the updates (row 1).
+  torch::Tensor sq_norms = torch::stack({torch::stack(at::_foreach_norm(params)),
+                                         torch::stack(at::_foreach_norm(updates))})
+                               .square();
+  if (reducer) sq_norms = reducer(params, sq_norms);
+  const torch::Tensor norms = sq_norms.sqrt();
+  const torch::Tensor w_norm = norms[0];
+  const torch::Tensor u_norm = norms[1];
+  torch::Tensor ratio =
+      args.coefficient * w_norm / (u_norm + args.weight_decay * w_norm + args.eps);
+  ratio = torch::where((w_norm > 0) & (u_norm > 0), ratio, torch::ones_like(ratio));
+  if (args.max_ratio > 0.0) ratio = ratio.clamp_max(args.max_ratio);
+  return ratio;
+}
+
+void scale_each_(const std::vector<torch::Tensor>& tensors, const torch::Tensor& factors) {
+  // 0-d views of `factors`; the list form broadcasts each over its tensor.
+  at::_foreach_mul_(tensors, factors.unbind(0));
+}
+
+}  // namespace dtrain::optim

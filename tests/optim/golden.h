@@ -1,0 +1,106 @@
+// Shared by the LARS and LAMB tests: a few tensors as flat float64 vectors, gradients that
+// depend on the weights and the step, and a two-party all-reduce for the sharding tests.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace golden {
+
+using Flat = std::vector<double>;
+
+// Tensor i has shape kShapes[i]; its gradient is c_i * w + s_i * cos(w + step).
+struct Layout {
+  std::vector<std::vector<int64_t>> shapes = {{4, 3}, {6}, {2, 2, 3}};
+  std::vector<double> curvature = {1.0, 2.0, 0.5};
+  std::vector<double> wiggle = {0.3, 0.7, 1.1};
+};
+
+inline std::vector<Flat> start_values(const Layout& layout) {
+  std::vector<Flat> values;
+  for (size_t i = 0; i < layout.shapes.size(); ++i) {
+    int64_t n = 1;
+    for (const int64_t d : layout.shapes[i]) n *= d;
+    Flat v(static_cast<size_t>(n));
+    for (size_t k = 0; k < v.size(); ++k) {
+      v[k] = std::sin(1.7 * static_cast<double>(k + 1) + static_cast<double>(i)) * (1.0 + i);
+    }
+    values.push_back(v);
+  }
+  return values;
+}
+
+inline double grad_of(const Layout& layout, size_t i, double w, int step) {
+  return layout.curvature[i] * w + layout.wiggle[i] * std::cos(w + static_cast<double>(step));
+}
+
+inline std::vector<torch::Tensor> to_tensors(const Layout& layout, const std::vector<Flat>& v) {
+  std::vector<torch::Tensor> tensors;
+  for (size_t i = 0; i < v.size(); ++i) {
+    tensors.push_back(torch::tensor(v[i], torch::kFloat64).reshape(layout.shapes[i]));
+    tensors.back().requires_grad_(true);
+  }
+  return tensors;
+}
+
+// Sets .grad of each tensor from its own values, with torch ops (the reference uses grad_of).
+inline void set_grads(const Layout& layout, const std::vector<torch::Tensor>& params, int step) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].mutable_grad() = layout.curvature[i] * params[i] +
+                               layout.wiggle[i] * torch::cos(params[i] + static_cast<double>(step));
+  }
+}
+
+inline double sq_norm(const Flat& v) {
+  double s = 0.0;
+  for (const double x : v) s += x * x;
+  return s;
+}
+
+inline void check_close(const std::vector<torch::Tensor>& actual,
+                        const std::vector<Flat>& expected, double tolerance = 1e-12) {
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const auto flat = actual[i].detach().reshape({-1});
+    for (size_t k = 0; k < expected[i].size(); ++k) {
+      const double a = flat[static_cast<int64_t>(k)].item<double>();
+      INFO("tensor " << i << " element " << k);
+      CHECK(std::abs(a - expected[i][k]) <= tolerance * (1.0 + std::abs(expected[i][k])));
+    }
+  }
+}
+
+// Two threads exchange tensors and both receive the sum, the same bits on each side.
+class PairSum {
+ public:
+  torch::Tensor sum(int rank, const torch::Tensor& local) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    slot_[rank] = local.clone();
+    const int64_t generation = generation_;
+    if (++arrived_ == 2) {
+      result_ = slot_[0] + slot_[1];
+      arrived_ = 0;
+      ++generation_;
+      changed_.notify_all();
+    } else {
+      changed_.wait(lock, [&] { return generation_ != generation; });
+    }
+    return result_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  torch::Tensor slot_[2];
+  torch::Tensor result_;
+  int arrived_ = 0;
+  int64_t generation_ = 0;
+};
+
+}  // namespace golden
