@@ -9,6 +9,7 @@ packages=(
   g++ cmake ninja-build ccache pkg-config
   libtorch-dev libtomlplusplus-dev catch2 libfmt-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
+  libopenmpi-dev openmpi-bin
   dataset-fashion-mnist
 )
 missing=()

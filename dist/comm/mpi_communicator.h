@@ -1,0 +1,29 @@
+// Open MPI backend of the Communicator: CPU tensors, non-blocking MPI collectives, every wait
+// bounded by `timeout_s`. Also the process runtime: MPI start-up and the world's layout.
+#pragma once
+
+#include "dist/comm/communicator.h"
+
+#include <memory>
+
+namespace dtrain::dist {
+
+struct WorldInfo {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;  // rank among the processes of this machine (MPI_COMM_TYPE_SHARED)
+  int local_size = 1;
+};
+
+// Starts MPI once per process (later calls return the same answer); MPI is finalised at exit.
+// Works without mpirun too, as a world of one.
+WorldInfo init_world();
+
+// The largest `value` over all ranks of the world (blocking, unbounded: for agreeing on an
+// exit code at the end of a run, when every rank is known to be alive).
+int max_over_world(int value);
+
+// The world's communicator, each wait bounded by `timeout_s` seconds.
+std::unique_ptr<Communicator> make_mpi_world(double timeout_s);
+
+}  // namespace dtrain::dist
