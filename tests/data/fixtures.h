@@ -1,6 +1,10 @@
 // Test helpers that write dataset fixtures (IDX, CIFAR-10, PNG) into a temporary folder.
 #pragma once
 
+#include "common/error.h"
+#include "common/files.h"
+#include "data/dataset.h"
+
 #include <zlib.h>
 
 #include <cstdint>
@@ -15,20 +19,6 @@ namespace dtrain::data::test {
 
 namespace fs = std::filesystem;
 
-// Not fs::remove_all: the PyTorch 2.x wheels' libtorch_cpu.so exports its own copy of
-// std::filesystem, which interposes libstdc++'s, and its remove_all jumps to a null pointer.
-inline void remove_tree(const fs::path& path) {
-  std::error_code ignored;
-  if (fs::is_directory(fs::symlink_status(path, ignored))) {
-    std::vector<fs::path> children;
-    for (const fs::directory_entry& entry : fs::directory_iterator(path, ignored)) {
-      children.push_back(entry.path());
-    }
-    for (const fs::path& child : children) remove_tree(child);
-  }
-  fs::remove(path, ignored);
-}
-
 // A fresh folder under the system temporary directory, removed with its content.
 class TempDir {
  public:
@@ -40,7 +30,7 @@ class TempDir {
     }
     throw std::runtime_error("cannot create a temporary directory");
   }
-  ~TempDir() { remove_tree(path_); }
+  ~TempDir() { dtrain::remove_tree(path_); }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 
@@ -50,6 +40,20 @@ class TempDir {
  private:
   fs::path path_;
 };
+
+// The UserError of opening `options`, or "" when it opened.
+inline std::string open_error(const DataOptions& options, Split split = Split::kTrain) {
+  try {
+    open_dataset(options, split);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+inline bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 inline void write_bytes(const fs::path& path, const std::vector<uint8_t>& bytes) {
   fs::create_directories(path.parent_path());

@@ -14,6 +14,8 @@ using dtrain::data::DataOptions;
 using dtrain::data::open_dataset;
 using dtrain::data::Split;
 namespace test = dtrain::data::test;
+using test::contains;
+using test::open_error;
 namespace fs = std::filesystem;
 
 namespace {
@@ -26,18 +28,6 @@ DataOptions folder_options(const test::TempDir& dir, int64_t image_size) {
   return options;
 }
 
-std::string open_error(const DataOptions& options, Split split = Split::kTrain) {
-  try {
-    open_dataset(options, split);
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 }  // namespace
 

@@ -16,6 +16,8 @@ using dtrain::data::DataOptions;
 using dtrain::data::open_dataset;
 using dtrain::data::Split;
 namespace test = dtrain::data::test;
+using test::contains;
+using test::open_error;
 namespace fs = std::filesystem;
 
 namespace {
@@ -25,20 +27,6 @@ DataOptions options_for(const std::string& dataset, const std::string& path) {
   options.dataset = dataset;
   options.path = path;
   return options;
-}
-
-// The UserError of opening `options`, or "" when it opened.
-std::string open_error(const DataOptions& options, Split split = Split::kTrain) {
-  try {
-    open_dataset(options, split);
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
 }
 
 void write_mnist(const fs::path& dir, bool gz, uint32_t count = 5) {
