@@ -156,3 +156,14 @@ TEST_CASE("docs/CONFIG.md documents every key", "[config]") {
   }
   CHECK(checked > 40);
 }
+
+TEST_CASE("every shipped config in configs/ loads without a problem", "[config]") {
+  int loaded = 0;
+  for (const auto& entry : fs::directory_iterator(std::string(DTRAIN_SOURCE_DIR) + "/configs")) {
+    if (entry.path().extension() != ".toml") continue;
+    INFO(entry.path().string());
+    CHECK(problems_of(entry.path().string()).empty());
+    ++loaded;
+  }
+  CHECK(loaded >= 2);
+}
