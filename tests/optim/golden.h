@@ -1,6 +1,9 @@
 // Shared by the LARS and LAMB tests: a few tensors as flat float64 vectors, gradients that
-// depend on the weights and the step, and a two-party all-reduce for the sharding tests.
+// depend on the weights and the step, a two-party all-reduce for the sharding tests, and the
+// save/load continuation check.
 #pragma once
+
+#include "optim/optimizer.h"
 
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
@@ -9,6 +12,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <sstream>
 #include <vector>
 
 namespace golden {
@@ -102,5 +106,36 @@ class PairSum {
   int arrived_ = 0;
   int64_t generation_ = 0;
 };
+
+// Steps an optimizer built from `o` 3 times, saves it, restores the state into an optimizer over
+// copies of the weights, and checks that both continue bitwise identically for 3 more steps.
+inline void check_save_load_continuation(const dtrain::optim::OptimizerOptions& o) {
+  const golden::Layout layout;
+  auto params = golden::to_tensors(layout, golden::start_values(layout));
+  auto optimizer = dtrain::optim::make_optimizer(o, params);
+  for (int t = 0; t < 3; ++t) {
+    golden::set_grads(layout, params, t);
+    optimizer->step();
+  }
+  std::stringstream bytes;
+  {
+    torch::serialize::OutputArchive saved;
+    optimizer->save(saved);
+    saved.save_to(bytes);
+  }
+  std::vector<torch::Tensor> copies;
+  for (const auto& p : params) copies.push_back(p.detach().clone().requires_grad_(true));
+  auto restored = dtrain::optim::make_optimizer(o, copies);
+  torch::serialize::InputArchive loaded;
+  loaded.load_from(bytes);
+  restored->load(loaded);
+  for (int t = 3; t < 6; ++t) {
+    golden::set_grads(layout, params, t);
+    golden::set_grads(layout, copies, t);
+    optimizer->step();
+    restored->step();
+  }
+  for (size_t i = 0; i < params.size(); ++i) CHECK(torch::equal(params[i], copies[i]));
+}
 
 }  // namespace golden

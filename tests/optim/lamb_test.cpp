@@ -121,32 +121,7 @@ TEST_CASE("LAMB keeps ratio 1 for a zero weight or a zero update", "[optim][lamb
 TEST_CASE("LAMB continues identically after save and load", "[optim][lamb]") {
   auto o = lamb_options();
   o.max_grad_norm = 1.0;
-  const golden::Layout layout;
-  auto params = golden::to_tensors(layout, golden::start_values(layout));
-  auto optimizer = dtrain::optim::make_optimizer(o, params);
-  for (int t = 0; t < 3; ++t) {
-    golden::set_grads(layout, params, t);
-    optimizer->step();
-  }
-  std::stringstream bytes;
-  {
-    torch::serialize::OutputArchive saved;
-    optimizer->save(saved);
-    saved.save_to(bytes);
-  }
-  std::vector<torch::Tensor> copies;
-  for (const auto& p : params) copies.push_back(p.detach().clone().requires_grad_(true));
-  auto restored = dtrain::optim::make_optimizer(o, copies);
-  torch::serialize::InputArchive loaded;
-  loaded.load_from(bytes);
-  restored->load(loaded);
-  for (int t = 3; t < 6; ++t) {
-    golden::set_grads(layout, params, t);
-    golden::set_grads(layout, copies, t);
-    optimizer->step();
-    restored->step();
-  }
-  for (size_t i = 0; i < params.size(); ++i) CHECK(torch::equal(params[i], copies[i]));
+  golden::check_save_load_continuation(o);
 }
 
 TEST_CASE("LAMB on row halves with summing reducers equals LAMB on whole tensors",

@@ -104,32 +104,7 @@ TEST_CASE("LARS keeps ratio 1 for a zero weight or a zero gradient", "[optim][la
 
 TEST_CASE("LARS continues identically after save and load", "[optim][lars]") {
   const auto o = lars_options();
-  const golden::Layout layout;
-  auto params = golden::to_tensors(layout, golden::start_values(layout));
-  auto optimizer = dtrain::optim::make_optimizer(o, params);
-  for (int t = 0; t < 3; ++t) {
-    golden::set_grads(layout, params, t);
-    optimizer->step();
-  }
-  std::stringstream bytes;
-  {
-    torch::serialize::OutputArchive saved;
-    optimizer->save(saved);
-    saved.save_to(bytes);
-  }
-  std::vector<torch::Tensor> copies;
-  for (const auto& p : params) copies.push_back(p.detach().clone().requires_grad_(true));
-  auto restored = dtrain::optim::make_optimizer(o, copies);
-  torch::serialize::InputArchive loaded;
-  loaded.load_from(bytes);
-  restored->load(loaded);
-  for (int t = 3; t < 6; ++t) {
-    golden::set_grads(layout, params, t);
-    golden::set_grads(layout, copies, t);
-    optimizer->step();
-    restored->step();
-  }
-  for (size_t i = 0; i < params.size(); ++i) CHECK(torch::equal(params[i], copies[i]));
+  golden::check_save_load_continuation(o);
 }
 
 TEST_CASE("LARS on row halves with a summing norm reducer equals LARS on whole tensors",
