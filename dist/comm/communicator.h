@@ -1,7 +1,8 @@
 // The communicator: one process group and the collectives the strategies need, on the
-// backend's tensors (CPU tensors for MPI). Operations return a Work that is in flight until
-// wait(); every wait is bounded by the communicator's timeout, after which the whole job is
-// ended with a message naming the operation and its sequence number (never a silent hang).
+// backend's tensors (CPU tensors for MPI, CUDA tensors for NCCL). Operations return a Work that
+// is in flight until wait(); every operation is bounded by the communicator's timeout, after
+// which the whole job is ended with a message naming the operation, its sequence number and
+// the ranks that never joined (never a silent hang).
 #pragma once
 
 #include <torch/torch.h>
@@ -14,13 +15,26 @@ namespace dtrain::dist {
 
 enum class ReduceOp { kSum, kAverage };
 
-// A collective in flight. wait() blocks until it completed on this rank (its buffers may then
-// be read and reused); test() asks without blocking.
+// A moment on the backend's clock: the host clock for MPI, a CUDA event for NCCL.
+class TimePoint {
+ public:
+  virtual ~TimePoint() = default;
+  // Milliseconds from this moment to `later` (same backend); blocks until both have happened.
+  virtual double ms_until(const TimePoint& later) const = 0;
+};
+
+// A collective in flight.
 class Work {
  public:
   virtual ~Work() = default;
+  // After wait(), work issued next may use the result: on the host for MPI; on the current
+  // CUDA stream for NCCL, where the host does not block (a watchdog bounds the wait instead).
   virtual void wait() = 0;
+  // Whether the operation has completed, without blocking.
   virtual bool test() = 0;
+  // When the operation started and finished running; valid once wait() returned.
+  virtual std::shared_ptr<const TimePoint> started() const = 0;
+  virtual std::shared_ptr<const TimePoint> finished() const = 0;
 };
 
 class Communicator {
@@ -29,6 +43,10 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string backend() const = 0;
+  // Where this communicator's tensors live.
+  virtual torch::Device device() const = 0;
+  // Now, in the order of the compute work issued so far (the current CUDA stream for NCCL).
+  virtual std::shared_ptr<const TimePoint> now() = 0;
 
   // In place on `tensor` (contiguous); kAverage divides the sum by size() in the reduction.
   virtual std::unique_ptr<Work> all_reduce(torch::Tensor tensor, ReduceOp op) = 0;
@@ -47,5 +65,9 @@ class Communicator {
   // Ranks with the same `color` form a new communicator, ordered by `key`.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 };
+
+// The world's communicator for tensors on `device`: Open MPI for CPU, NCCL for CUDA (an error
+// in a build without NCCL). Every operation bounded by `timeout_s` seconds.
+std::unique_ptr<Communicator> make_world_communicator(torch::Device device, double timeout_s);
 
 }  // namespace dtrain::dist

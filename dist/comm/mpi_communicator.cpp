@@ -6,7 +6,9 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
+#include <deque>
 #include <cstdlib>
 #include <functional>
 #include <thread>
@@ -43,17 +45,110 @@ void check_tensor(const torch::Tensor& tensor, const char* op) {
                tensor.is_contiguous() ? "contiguous" : "strided");
 }
 
+class HostTimePoint : public TimePoint {
+ public:
+  explicit HostTimePoint(Clock::time_point when) : when_(when) {}
+  double ms_until(const TimePoint& later) const override {
+    const auto& other = dynamic_cast<const HostTimePoint&>(later);
+    return std::chrono::duration<double, std::milli>(other.when_ - when_).count();
+  }
+
+ private:
+  Clock::time_point when_;
+};
+
+std::shared_ptr<const TimePoint> host_now() { return std::make_shared<HostTimePoint>(Clock::now()); }
+
+// The side channel that names missing ranks when a collective times out. Every rank that
+// waits answers "how far are you?" queries with the sequence number it has issued; a rank
+// that is dead, or busy outside this communicator, does not answer.
+class ProgressChannel {
+ public:
+  explicit ProgressChannel(MPI_Comm comm) {
+    DTRAIN_MPI_CHECK(MPI_Comm_dup(comm, &side_));
+    MPI_Comm_rank(side_, &rank_);
+    MPI_Comm_size(side_, &size_);
+  }
+  ~ProgressChannel() { MPI_Comm_free(&side_); }
+
+  int64_t issued = 0;  // collectives issued on the communicator, named in timeouts
+
+  // Answers every pending query; called while waiting.
+  void answer_queries() {
+    for (;;) {
+      int pending = 0;
+      MPI_Status status;
+      MPI_Iprobe(MPI_ANY_SOURCE, kQueryTag, side_, &pending, &status);
+      if (!pending) return;
+      int64_t asked = 0;
+      MPI_Recv(&asked, 1, MPI_INT64_T, status.MPI_SOURCE, kQueryTag, side_, MPI_STATUS_IGNORE);
+      answers_.push_back(issued);
+      MPI_Request request;
+      MPI_Isend(&answers_.back(), 1, MPI_INT64_T, status.MPI_SOURCE, kAnswerTag, side_, &request);
+      MPI_Request_free(&request);
+    }
+  }
+
+  // The ranks that have not issued collective `sequence` after a grace period: "2 (no
+  // answer)", "1 (at #4)".
+  std::string missing_ranks(int64_t sequence, double grace_s) {
+    std::vector<int64_t> reached(size_, -1);
+    reached[rank_] = issued;
+    const int64_t query = sequence;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      MPI_Request request;
+      MPI_Isend(&query, 1, MPI_INT64_T, peer, kQueryTag, side_, &request);
+      MPI_Request_free(&request);
+    }
+    const auto deadline = Clock::now() + std::chrono::duration<double>(grace_s);
+    int answered = 1;
+    while (answered < size_ && Clock::now() < deadline) {
+      answer_queries();
+      int pending = 0;
+      MPI_Status status;
+      MPI_Iprobe(MPI_ANY_SOURCE, kAnswerTag, side_, &pending, &status);
+      if (!pending) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        continue;
+      }
+      int64_t value = 0;
+      MPI_Recv(&value, 1, MPI_INT64_T, status.MPI_SOURCE, kAnswerTag, side_, MPI_STATUS_IGNORE);
+      if (reached[status.MPI_SOURCE] < 0) ++answered;
+      reached[status.MPI_SOURCE] = value;
+    }
+    std::string missing;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (reached[peer] >= sequence) continue;
+      if (!missing.empty()) missing += ", ";
+      missing += reached[peer] < 0 ? fmt::format("{} (no answer)", peer)
+                                   : fmt::format("{} (at #{})", peer, reached[peer]);
+    }
+    return missing.empty() ? "none found" : missing;
+  }
+
+ private:
+  static constexpr int kQueryTag = 1;
+  static constexpr int kAnswerTag = 2;
+  MPI_Comm side_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::deque<int64_t> answers_;  // send buffers must outlive their freed requests
+};
+
 // One request in flight. wait() polls it until done or the deadline, then ends the job:
 // a rank that died or never joined must not leave the others waiting forever.
 class MpiWork : public Work {
  public:
-  MpiWork(MPI_Comm comm, MPI_Request request, std::string what, double timeout_s,
-          std::function<void()> on_done)
-      : comm_(comm),
-        request_(request),
+  MpiWork(MPI_Request request, std::string what, int64_t sequence, double timeout_s,
+          std::shared_ptr<ProgressChannel> progress, std::function<void()> on_done)
+      : request_(request),
         what_(std::move(what)),
+        sequence_(sequence),
         timeout_s_(timeout_s),
-        on_done_(std::move(on_done)) {}
+        progress_(std::move(progress)),
+        on_done_(std::move(on_done)),
+        started_(host_now()) {}
 
   ~MpiWork() override {
     if (request_ != MPI_REQUEST_NULL) wait();
@@ -63,8 +158,10 @@ class MpiWork : public Work {
     if (request_ == MPI_REQUEST_NULL) return true;
     int done = 0;
     DTRAIN_MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
-    if (done && on_done_) on_done_();
-    return done != 0;
+    if (!done) return false;
+    finished_ = host_now();
+    if (on_done_) on_done_();
+    return true;
   }
 
   void wait() override {
@@ -72,41 +169,56 @@ class MpiWork : public Work {
     for (int polls = 0; !test(); ++polls) {
       if (Clock::now() > deadline) abort_job();
       // Spin briefly for short collectives, then sleep so a stuck wait leaves the core free.
-      if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(100));
+      if (polls > 1000) {
+        progress_->answer_queries();
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
     }
   }
+
+  std::shared_ptr<const TimePoint> started() const override { return started_; }
+  std::shared_ptr<const TimePoint> finished() const override { return finished_; }
 
  private:
   [[noreturn]] void abort_job() {
     int rank = 0;
-    MPI_Comm_rank(comm_, &rank);
-    log::error("rank {}: {} did not complete within dist.timeout_s = {} s: a rank died or "
-               "never joined; ending the job",
-               rank, what_, timeout_s_);
-    MPI_Abort(comm_, 3);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    const std::string missing =
+        progress_->missing_ranks(sequence_, std::min(2.0, timeout_s_));
+    log::error("rank {}: {} did not complete within dist.timeout_s = {} s: missing rank(s) {}; "
+               "ending the job",
+               rank, what_, timeout_s_, missing);
+    MPI_Abort(MPI_COMM_WORLD, 3);
     std::abort();
   }
 
-  MPI_Comm comm_;
   MPI_Request request_;
   std::string what_;
+  int64_t sequence_;
   double timeout_s_;
+  std::shared_ptr<ProgressChannel> progress_;
   std::function<void()> on_done_;
+  std::shared_ptr<const TimePoint> started_;
+  std::shared_ptr<const TimePoint> finished_;
 };
 
 class MpiCommunicator : public Communicator {
  public:
-  MpiCommunicator(MPI_Comm comm, double timeout_s) : comm_(comm), timeout_s_(timeout_s) {
+  MpiCommunicator(MPI_Comm comm, double timeout_s)
+      : comm_(comm), timeout_s_(timeout_s), progress_(std::make_shared<ProgressChannel>(comm)) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
   ~MpiCommunicator() override {
+    progress_.reset();
     if (comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
   }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
+  torch::Device device() const override { return torch::kCPU; }
+  std::shared_ptr<const TimePoint> now() override { return host_now(); }
 
   std::unique_ptr<Work> all_reduce(torch::Tensor tensor, ReduceOp op) override {
     check_tensor(tensor, "all_reduce");
@@ -197,19 +309,20 @@ class MpiCommunicator : public Communicator {
 
   std::unique_ptr<Work> make_work(MPI_Request request, const std::string& op,
                                   const torch::Tensor& tensor, std::function<void()> on_done) {
+    const int64_t sequence = ++progress_->issued;
     const std::string what =
-        tensor.defined()
-            ? fmt::format("{} #{} ({} x {})", op, ++sequence_, tensor.numel(),
-                          c10::toString(tensor.scalar_type()))
-            : fmt::format("{} #{}", op, ++sequence_);
-    return std::make_unique<MpiWork>(comm_, request, what, timeout_s_, std::move(on_done));
+        tensor.defined() ? fmt::format("{} #{} ({} x {})", op, sequence, tensor.numel(),
+                                       c10::toString(tensor.scalar_type()))
+                         : fmt::format("{} #{}", op, sequence);
+    return std::make_unique<MpiWork>(request, what, sequence, timeout_s_, progress_,
+                                     std::move(on_done));
   }
 
   MPI_Comm comm_;
   double timeout_s_;
   int rank_ = 0;
   int size_ = 1;
-  int64_t sequence_ = 0;  // collectives issued on this communicator, named in timeouts
+  std::shared_ptr<ProgressChannel> progress_;
 };
 
 void finalize_at_exit() {
