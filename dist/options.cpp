@@ -4,10 +4,19 @@
 
 namespace dtrain::dist {
 
+FieldErrors DdpOptions::validate() const {
+  FieldErrors errors;
+  check_range(errors, "bucket_mb", bucket_mb, 1e-6, 4096.0);
+  check_range(errors, "first_bucket_mb", first_bucket_mb, 1e-6, 4096.0);
+  check_one_of(errors, "buffers", buffers, {"broadcast", "average", "local"});
+  return errors;
+}
+
 FieldErrors DistOptions::validate() const {
   FieldErrors errors;
-  check_one_of(errors, "strategy", strategy, {"single"});
+  check_one_of(errors, "strategy", strategy, {"single", "ddp"});
   check_range(errors, "timeout_s", timeout_s, 1.0, 86400.0);
+  for (FieldError& error : ddp.validate()) errors.push_back({"ddp." + error.key, error.problem});
   return errors;
 }
 

@@ -1,4 +1,4 @@
-// Options of the dist layer (config section [dist]).
+// Options of the dist layer (config section [dist] and its strategies' subsections).
 #pragma once
 
 #include "common/error.h"
@@ -7,11 +7,32 @@
 
 namespace dtrain::dist {
 
+// [dist.ddp]: data parallelism with bucketed, overlapped gradient all-reduce.
+struct DdpOptions {
+  // Gradient bytes per all-reduce bucket (MiB). Larger buckets reach higher bandwidth;
+  // smaller ones start communicating earlier in backward.
+  double bucket_mb = 25.0;
+  // The first bucket (the last layers' gradients, ready first) is small so communication
+  // starts as early as possible.
+  double first_bucket_mb = 1.0;
+  // Launch each bucket's all-reduce from the gradient hooks, during backward; false: all
+  // buckets after backward (the reference for measuring what overlap hides).
+  bool overlap = true;
+  // BatchNorm running statistics: "broadcast" rank 0's before every forward (PyTorch DDP's
+  // default), "average" them over ranks before every forward, or keep them "local".
+  std::string buffers = "broadcast";
+  // Parameters without a gradient in a step are reduced as zeros instead of being an error.
+  bool find_unused = false;
+
+  FieldErrors validate() const;
+};
+
 struct DistOptions {
-  // How workers cooperate. "single": one rank, no communication.
+  // How ranks cooperate. "single": one rank, no communication; "ddp": data parallel.
   std::string strategy = "single";
   // Upper bound on any collective; a rank that never joins ends the job after this long.
   double timeout_s = 300.0;
+  DdpOptions ddp;
 
   FieldErrors validate() const;
 };

@@ -101,7 +101,7 @@ void apply_override(toml::table& root, const std::string& assignment, Problems& 
   const std::string key = assignment.substr(0, equals);
   const size_t dot = key.find('.');
   if (equals == std::string::npos || dot == std::string::npos || dot == 0 ||
-      dot + 1 == key.size()) {
+      key.back() == '.' || key.find("..") != std::string::npos) {
     problems.add(fmt::format("--set {}: expected section.key=value", assignment));
     return;
   }
@@ -117,14 +117,20 @@ void apply_override(toml::table& root, const std::string& assignment, Problems& 
     }
     parsed = toml::parse("v = \"" + quoted + "\"", std::string_view("--set"));
   }
-  const std::string section = key.substr(0, dot);
-  if (!root.contains(section)) root.insert(section, toml::table{});
-  toml::table* table = root[section].as_table();
-  if (table == nullptr) {
-    problems.add(fmt::format("--set {}: [{}] is not a table", key, section));
-    return;
+  // Walk (creating) the tables of "a.b.c", then set the last component.
+  toml::table* table = &root;
+  size_t begin = 0;
+  for (size_t next = key.find('.'); next != std::string::npos; next = key.find('.', begin)) {
+    const std::string part = key.substr(begin, next - begin);
+    if (!table->contains(part)) table->insert(part, toml::table{});
+    table = (*table)[part].as_table();
+    if (table == nullptr) {
+      problems.add(fmt::format("--set {}: [{}] is not a table", key, key.substr(0, next)));
+      return;
+    }
+    begin = next + 1;
   }
-  table->insert_or_assign(key.substr(dot + 1), std::move(*parsed.get("v")));
+  table->insert_or_assign(key.substr(begin), std::move(*parsed.get("v")));
   // Nodes moved out of `parsed` keep its source, so errors on them read "--set key: ...".
 }
 
@@ -153,6 +159,25 @@ void check_cross_fields(const Config& config, const toml::table& root, Problems&
   }
 }
 
+// Stores every key of `table` (the section at `prefix`), descending into subsections.
+void read_table(const toml::table& table, const std::string& prefix,
+                const std::map<std::string, const ConfigKey*>& by_path,
+                const std::set<std::string>& sections,
+                const std::vector<std::string>& known_paths, Problems& problems) {
+  for (auto&& [name_key, node] : table) {
+    const std::string full = prefix + "." + std::string(name_key.str());
+    auto found = by_path.find(full);
+    if (found != by_path.end()) {
+      const std::string problem = found->second->set(node);
+      if (!problem.empty()) problems.add(full, node.source(), problem);
+    } else if (node.is_table() && sections.count(full) > 0) {
+      read_table(*node.as_table(), full, by_path, sections, known_paths, problems);
+    } else {
+      problems.add(full, node.source(), "unknown key" + did_you_mean(full, known_paths));
+    }
+  }
+}
+
 }  // namespace
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
@@ -164,13 +189,19 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   std::vector<ConfigKey> keys = config_keys(config);
   std::map<std::string, const ConfigKey*> by_path;
   std::vector<std::string> known_paths;
-  std::set<std::string> sections;
+  std::set<std::string> sections;  // "dist" and "dist.ddp" for the key "dist.ddp.overlap"
   for (const ConfigKey& key : keys) {
     by_path[key.path] = &key;
     known_paths.push_back(key.path);
-    sections.insert(key.path.substr(0, key.path.find('.')));
+    for (size_t dot = key.path.find('.'); dot != std::string::npos;
+         dot = key.path.find('.', dot + 1)) {
+      sections.insert(key.path.substr(0, dot));
+    }
   }
-  const std::vector<std::string> known_sections(sections.begin(), sections.end());
+  std::vector<std::string> known_sections;
+  for (const std::string& section : sections) {
+    if (section.find('.') == std::string::npos) known_sections.push_back(section);
+  }
 
   for (auto&& [section_key, section_node] : root) {
     const std::string section(section_key.str());
@@ -181,16 +212,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
                    table ? "unknown section" + hint : "keys belong in a [section]" + hint);
       continue;
     }
-    for (auto&& [name_key, node] : *table) {
-      const std::string full = section + "." + std::string(name_key.str());
-      auto found = by_path.find(full);
-      if (found == by_path.end()) {
-        problems.add(full, node.source(), "unknown key" + did_you_mean(full, known_paths));
-        continue;
-      }
-      const std::string problem = found->second->set(node);
-      if (!problem.empty()) problems.add(full, node.source(), problem);
-    }
+    read_table(*table, section, by_path, sections, known_paths, problems);
   }
   if (!problems.empty()) throw ConfigError(problems.take());
 
@@ -210,10 +232,16 @@ std::string to_toml(const Config& config) {
   Config copy = config;
   toml::table root;
   for (const ConfigKey& key : config_keys(copy)) {
-    const size_t dot = key.path.find('.');
-    const std::string section = key.path.substr(0, dot);
-    if (!root.contains(section)) root.insert(section, toml::table{});
-    key.put(*root[section].as_table(), key.path.substr(dot + 1));
+    toml::table* table = &root;
+    size_t begin = 0;
+    for (size_t dot = key.path.find('.'); dot != std::string::npos;
+         dot = key.path.find('.', begin)) {
+      const std::string part = key.path.substr(begin, dot - begin);
+      if (!table->contains(part)) table->insert(part, toml::table{});
+      table = (*table)[part].as_table();
+      begin = dot + 1;
+    }
+    key.put(*table, key.path.substr(begin));
   }
   std::ostringstream out;
   out << root << '\n';
@@ -230,7 +258,7 @@ std::string describe_keys(bool markdown) {
     key.put(holder, "v");
     std::ostringstream value;
     holder.get("v")->visit([&value](const auto& node) { value << node; });
-    const size_t dot = key.path.find('.');
+    const size_t dot = key.path.rfind('.');
     if (markdown) {
       out << fmt::format("| `{}` | {} | `{}` | {} |\n", key.path, key.type, value.str(),
                          key.help);

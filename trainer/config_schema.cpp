@@ -177,9 +177,20 @@ std::vector<ConfigKey> config_keys(Config& c) {
       option("schedule.min_lr", &c.schedule.min_lr, "cosine and poly decay floor"),
       option("schedule.power", &c.schedule.power, "poly decay exponent"),
 
-      option("dist.strategy", &c.dist.strategy, "how ranks cooperate: \"single\""),
+      option("dist.strategy", &c.dist.strategy,
+           "how ranks cooperate: \"single\" (one rank) or \"ddp\" (data parallel)"),
       option("dist.timeout_s", &c.dist.timeout_s,
            "bound on any collective; a rank that never joins ends the job"),
+      option("dist.ddp.bucket_mb", &c.dist.ddp.bucket_mb, "gradient MiB per all-reduce bucket"),
+      option("dist.ddp.first_bucket_mb", &c.dist.ddp.first_bucket_mb,
+           "MiB of the first bucket (last layers, ready first): small, to start early"),
+      option("dist.ddp.overlap", &c.dist.ddp.overlap,
+           "all-reduce buckets during backward (false: after it)"),
+      option("dist.ddp.buffers", &c.dist.ddp.buffers,
+           "BatchNorm statistics before each forward: \"broadcast\" from rank 0, "
+           "\"average\" over ranks, or \"local\""),
+      option("dist.ddp.find_unused", &c.dist.ddp.find_unused,
+           "reduce parameters that got no gradient as zeros instead of stopping"),
   };
 }
 

@@ -117,6 +117,27 @@ TEST_CASE("--set overrides parse TOML values and bare words", "[config]") {
   CHECK(problems[1] == "--set optim.lrate: unknown key (did you mean optim.lr?)");
 }
 
+TEST_CASE("subsections such as [dist.ddp] load, override and reject unknown keys", "[config]") {
+  const std::string path =
+      write_config("ddp.toml", "[dist]\nstrategy = \"ddp\"\n\n[dist.ddp]\nbucket_mb = 4.0\n");
+  Config config = load_config(path, {"dist.ddp.overlap=false"});
+  CHECK(config.dist.strategy == "ddp");
+  CHECK(config.dist.ddp.bucket_mb == 4.0);
+  CHECK_FALSE(config.dist.ddp.overlap);
+
+  const std::string unknown = write_config("ddp_unknown.toml", "[dist.ddp]\nbucket_size = 4.0\n");
+  CHECK(problems_of(unknown) ==
+        std::vector<std::string>{unknown + ":2: dist.ddp.bucket_size: unknown key (did you mean "
+                                           "dist.ddp.bucket_mb?)"});
+  const std::string bad = write_config("ddp_bad.toml", "[dist.ddp]\nbuffers = \"sync\"\n");
+  CHECK(problems_of(bad) ==
+        std::vector<std::string>{bad + ":2: dist.ddp.buffers: \"sync\" is not one of: "
+                                       "broadcast, average, local"});
+  // The resolved config writes the subsection back and reloads to the same values.
+  const std::string resolved = write_config("ddp_resolved.toml", dtrain::trainer::to_toml(config));
+  CHECK(dtrain::trainer::to_toml(load_config(resolved, {})) == dtrain::trainer::to_toml(config));
+}
+
 TEST_CASE("missing files and syntax errors are one line each", "[config]") {
   std::vector<std::string> problems = problems_of("/nonexistent/dtrain.toml");
   REQUIRE(problems.size() == 1);
