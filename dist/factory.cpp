@@ -1,11 +1,24 @@
 #include "dist/factory.h"
 
+#include "dist/ddp.h"
 #include "dist/single.h"
+
+#include <fmt/format.h>
 
 namespace dtrain::dist {
 
-std::unique_ptr<Strategy> make_strategy(const DistOptions& options) {
-  if (options.strategy == "single") return std::make_unique<SingleStrategy>();
+std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
+                                        std::shared_ptr<Communicator> world) {
+  if (options.strategy == "single") {
+    if (world->size() > 1) {
+      throw UserError(fmt::format(
+          "dist.strategy = \"single\" with {} ranks: each rank would train alone; use "
+          "dist.strategy = \"ddp\", or start one rank",
+          world->size()));
+    }
+    return std::make_unique<SingleStrategy>();
+  }
+  if (options.strategy == "ddp") return std::make_unique<DdpStrategy>(options.ddp, world);
   throw UserError("dist.strategy: \"" + options.strategy + "\" is not available in this build");
 }
 

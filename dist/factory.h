@@ -1,6 +1,7 @@
-// Builds the strategy named in DistOptions.
+// Builds the strategy named in DistOptions over the world's communicator.
 #pragma once
 
+#include "dist/comm/communicator.h"
 #include "dist/options.h"
 #include "dist/strategy.h"
 
@@ -8,6 +9,7 @@
 
 namespace dtrain::dist {
 
-std::unique_ptr<Strategy> make_strategy(const DistOptions& options);
+std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
+                                        std::shared_ptr<Communicator> world);
 
 }  // namespace dtrain::dist

@@ -1,6 +1,6 @@
 #include "dist/single.h"
 
-#include "common/error.h"
+#include "dist/optimizer_state.h"
 
 namespace dtrain::dist {
 
@@ -15,16 +15,8 @@ void SingleStrategy::step(double lr) {
   optimizer_->zero_grad();
 }
 
-void SingleStrategy::save(const std::string& dir) const {
-  torch::serialize::OutputArchive archive;
-  optimizer_->save(archive);
-  archive.save_to(dir + "/optimizer.pt");
-}
+void SingleStrategy::save(const std::string& dir) const { save_optimizer(*optimizer_, dir); }
 
-void SingleStrategy::load(const std::string& dir) {
-  torch::serialize::InputArchive archive;
-  archive.load_from(dir + "/optimizer.pt");
-  optimizer_->load(archive);
-}
+void SingleStrategy::load(const std::string& dir) { load_optimizer(*optimizer_, dir); }
 
 }  // namespace dtrain::dist

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,12 +18,13 @@ namespace dtrain::dist {
 using OptimizerFactory =
     std::function<std::unique_ptr<torch::optim::Optimizer>(const std::vector<torch::Tensor>&)>;
 
-// Counters of one step, reported in the metrics under comm/ and mem/.
+// What communication cost in the last completed step, reported in the metrics under comm/.
 struct StepStats {
-  int64_t bytes_sent = 0;
-  int64_t bytes_received = 0;
-  double comm_ms = 0.0;     // time spent in communication
-  double exposed_ms = 0.0;  // communication the compute did not hide
+  int64_t bytes = 0;        // payload reduced (or sent) per rank
+  int64_t collectives = 0;  // operations issued (DDP: buckets, plus buffer syncs)
+  double comm_ms = 0.0;     // time the operations ran, summed
+  double exposed_ms = 0.0;  // communication the compute did not hide: the step waited for it
+  double busbw_gbps = 0.0;  // all-reduce bus bandwidth, nccl-tests' formula: bytes/comm_ms x 2(n-1)/n
 };
 
 class Strategy {
@@ -33,9 +35,13 @@ class Strategy {
   virtual void attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) = 0;
   // Before the first forward of step `step`.
   virtual void before_forward(int64_t step) { (void)step; }
+  // Before each micro-step's backward; `last_micro_step` as in after_backward.
+  virtual void before_backward(bool last_micro_step) { (void)last_micro_step; }
   // After each micro-step's backward; `last_micro_step` marks the one whose gradients
   // complete the step (gradient accumulation communicates only then).
   virtual void after_backward(bool last_micro_step) { (void)last_micro_step; }
+  // Before evaluation: make the model this rank evaluates consistent with the other ranks'.
+  virtual void before_eval() {}
   // Tensors whose .grad() holds the step's final gradients once after_backward(true) returned
   // (what loss scaling must unscale and check).
   virtual std::vector<torch::Tensor> gradient_owners() = 0;
@@ -44,7 +50,8 @@ class Strategy {
   // Optimizer state this rank holds, written under / read from checkpoint directory `dir`.
   virtual void save(const std::string& dir) const = 0;
   virtual void load(const std::string& dir) = 0;
-  virtual StepStats stats() const { return {}; }
+  // Only for strategies that communicate (single returns nothing).
+  virtual std::optional<StepStats> stats() const { return std::nullopt; }
 };
 
 }  // namespace dtrain::dist

@@ -1,22 +1,30 @@
 #include "trainer/setup.h"
 
 #include "common/error.h"
+#include "common/log.h"
 #include "data/dataset.h"
+#include "dist/agreement.h"
 #include "dist/factory.h"
+#include "trainer/config.h"
 #include "models/registry.h"
 #include "optim/optimizer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
+#ifdef DTRAIN_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 #include <algorithm>
 #include <filesystem>
+#include <sstream>
 #include <thread>
 
 namespace dtrain::trainer {
 
-torch::Device resolve_device(const std::string& requested) {
+torch::Device resolve_device(const std::string& requested, int local_rank) {
   const bool have_cuda = torch::cuda::is_available();
   if (requested == "cuda" && !have_cuda) {
     throw UserError(
@@ -24,14 +32,48 @@ torch::Device resolve_device(const std::string& requested) {
         "CUDA); use run.device = \"cpu\" or \"auto\"");
   }
   if (requested == "cpu" || !have_cuda) return torch::kCPU;
-  return torch::Device(torch::kCUDA, 0);
+  const auto index = static_cast<c10::DeviceIndex>(local_rank % torch::cuda::device_count());
+#ifdef DTRAIN_CUDA
+  c10::cuda::set_device(index);  // NCCL, cuDNN handles and default streams follow it
+#endif
+  return torch::Device(torch::kCUDA, index);
 }
 
 namespace {
 
-void set_threads(int64_t requested) {
+// 0: the machine's cores shared among the ranks on it.
+void set_threads(int64_t requested, int ranks_here) {
   const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
-  torch::set_num_threads(static_cast<int>(requested > 0 ? requested : cores));
+  const int64_t share = std::max<int64_t>(1, cores / ranks_here);
+  torch::set_num_threads(static_cast<int>(requested > 0 ? requested : share));
+}
+
+// The resolved config as "section.key = value" lines, for comparing ranks.
+std::vector<std::string> config_lines(const Config& config) {
+  std::istringstream text(to_toml(config));
+  std::vector<std::string> lines;
+  std::string section;
+  for (std::string line; std::getline(text, line);) {
+    if (line.empty()) continue;
+    if (line.front() == '[') {
+      section = line.substr(1, line.find(']') - 1);
+    } else {
+      lines.push_back(section + "." + line);
+    }
+  }
+  return lines;
+}
+
+// "name = [sizes] dtype" for every parameter and buffer.
+std::vector<std::string> model_lines(torch::nn::Module& model) {
+  std::vector<std::string> lines;
+  auto add = [&lines](const std::string& name, const torch::Tensor& tensor) {
+    lines.push_back(fmt::format("{} = {} {}", name, fmt::join(tensor.sizes(), "x"),
+                                c10::toString(tensor.scalar_type())));
+  };
+  for (const auto& item : model.named_parameters()) add(item.key(), item.value());
+  for (const auto& item : model.named_buffers()) add(item.key(), item.value());
+  return lines;
 }
 
 void to_channels_last(torch::nn::Module& model) {
@@ -42,10 +84,12 @@ void to_channels_last(torch::nn::Module& model) {
 
 std::unique_ptr<data::Loader> make_loader(std::shared_ptr<const data::Dataset> dataset,
                                           const Config& config, data::Split split,
-                                          torch::Device device) {
+                                          const dist::WorldInfo& world, torch::Device device) {
   data::SamplerOptions sampling;
   sampling.dataset_size = dataset->size();
   sampling.seed = static_cast<uint64_t>(config.run.seed);
+  sampling.rank = world.rank;
+  sampling.world_size = world.size;
   if (split == data::Split::kTrain) {
     sampling.batch_size = config.data.batch_size;
     sampling.grad_accum = config.train.grad_accum;
@@ -69,13 +113,18 @@ std::unique_ptr<data::Loader> make_loader(std::shared_ptr<const data::Dataset> d
 
 RunSetup build_run(const Config& config) {
   RunSetup setup;
-  setup.device = resolve_device(config.run.device);
+  setup.world = dist::init_world();
+  log::configure(setup.world.rank, log::Level::kInfo);
+  // The CPU world: agreement checks now, the gradients of CPU ranks later.
+  std::shared_ptr<dist::Communicator> control = dist::make_mpi_world(config.dist.timeout_s);
+  dist::check_same_on_all_ranks(*control, "resolved config", config_lines(config));
+  setup.device = resolve_device(config.run.device, setup.world.local_rank);
   if (config.train.precision != "fp32" && !setup.device.is_cuda()) {
     throw UserError(fmt::format("train.precision = \"{}\" needs CUDA, and this run is on CPU; "
                                 "use \"fp32\"",
                                 config.train.precision));
   }
-  set_threads(config.run.num_threads);
+  set_threads(config.run.num_threads, setup.world.local_size);
   // Let cuDNN pick the fastest convolution algorithms for our fixed shapes, as PyTorch
   // training scripts do with torch.backends.cudnn.benchmark = True.
   if (setup.device.is_cuda()) at::globalContext().setBenchmarkCuDNN(true);
@@ -93,20 +142,30 @@ RunSetup build_run(const Config& config) {
   setup.model->to(setup.device);
   if (config.train.channels_last) to_channels_last(*setup.model);
 
-  setup.strategy = dist::make_strategy(config.dist);
+  dist::check_same_on_all_ranks(*control, "model parameters and buffers",
+                                model_lines(*setup.model));
+
+  setup.comm = setup.device.is_cpu()
+                   ? control
+                   : dist::make_world_communicator(setup.device, config.dist.timeout_s);
+  setup.strategy = dist::make_strategy(config.dist, setup.comm);
   const optim::OptimizerOptions optimizer_options = config.optim;
   setup.strategy->attach(*setup.model, [optimizer_options](const std::vector<torch::Tensor>& p) {
     return optim::make_optimizer(optimizer_options, p);
   });
 
-  setup.train_loader = make_loader(train_set, config, data::Split::kTrain, setup.device);
-  if (test_set) setup.test_loader = make_loader(test_set, config, data::Split::kTest, setup.device);
+  setup.train_loader =
+      make_loader(train_set, config, data::Split::kTrain, setup.world, setup.device);
+  if (test_set) {
+    setup.test_loader =
+        make_loader(test_set, config, data::Split::kTest, setup.world, setup.device);
+  }
   setup.steps_per_epoch = setup.train_loader->sampler().steps_per_epoch();
   if (setup.steps_per_epoch == 0) {
     throw UserError(fmt::format(
-        "data.batch_size {} x grad_accum {} = global batch {} exceeds the {} training samples; "
-        "use a smaller data.batch_size",
-        config.data.batch_size, config.train.grad_accum,
+        "data.batch_size {} x grad_accum {} x {} rank(s) = global batch {} exceeds the {} "
+        "training samples; use a smaller data.batch_size",
+        config.data.batch_size, config.train.grad_accum, setup.world.size,
         setup.train_loader->sampler().global_batch(), train_set->size()));
   }
   setup.images_per_step = setup.train_loader->sampler().global_batch();
@@ -132,14 +191,16 @@ std::string describe_run(const Config& config, const RunSetup& setup) {
   return fmt::format(
       "dtrain | LibTorch {} | CUDA build {} | OpenCV {}\n"
       "run {} -> {}\n"
-      "device {} | {} torch threads | strategy {}\n"
+      "{} rank(s) | device {} | {} torch threads | strategy {}\n"
       "model {} ({} parameters) | data {} | precision {}{}\n"
-      "global batch {} ({} x {} micro-steps) | {} steps/epoch | {} steps",
-      TORCH_VERSION, cuda, opencv, config.run.name, setup.run_dir, setup.device.str(),
+      "global batch {} ({} rank(s) x {} x {} micro-steps) | {} steps/epoch | {} steps",
+      TORCH_VERSION, cuda, opencv, config.run.name, setup.run_dir, setup.world.size,
+      setup.device.str(),
       torch::get_num_threads(), setup.strategy->name(), config.model.name, num_params,
       config.data.dataset, config.train.precision,
       config.train.channels_last ? " | channels_last" : "", setup.images_per_step,
-      config.data.batch_size, config.train.grad_accum, setup.steps_per_epoch, setup.total_steps);
+      setup.world.size, config.data.batch_size, config.train.grad_accum, setup.steps_per_epoch,
+      setup.total_steps);
 }
 
 }  // namespace dtrain::trainer

@@ -2,6 +2,8 @@
 #pragma once
 
 #include "data/loader.h"
+#include "dist/comm/communicator.h"
+#include "dist/comm/mpi_communicator.h"
 #include "dist/strategy.h"
 #include "models/model.h"
 #include "optim/schedule.h"
@@ -15,7 +17,10 @@
 namespace dtrain::trainer {
 
 struct RunSetup {
+  dist::WorldInfo world;
   torch::Device device = torch::kCPU;
+  // The world on `device`'s tensors (MPI for CPU, NCCL for CUDA).
+  std::shared_ptr<dist::Communicator> comm;
   std::string run_dir;
   std::shared_ptr<models::Model> model;
   std::unique_ptr<dist::Strategy> strategy;
@@ -27,9 +32,12 @@ struct RunSetup {
   int64_t images_per_step = 0;  // global batch
 };
 
-// Resolves run.device: "auto" takes CUDA when a device is visible.
-torch::Device resolve_device(const std::string& requested);
+// Resolves run.device: "auto" takes CUDA when a device is visible; a CUDA rank takes the
+// GPU local_rank % (visible GPUs) and makes it current.
+torch::Device resolve_device(const std::string& requested, int local_rank);
 
+// Collective: every rank builds its part of the run and checks that all ranks agree on the
+// resolved config and on the model's parameter names and shapes.
 RunSetup build_run(const Config& config);
 
 // The start-up banner: versions, device, model size, batch and step plan.

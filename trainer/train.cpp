@@ -38,8 +38,9 @@ class Trainer {
       : config_(config),
         s_(std::move(setup)),
         checkpointer_(s_.run_dir + "/checkpoints", config.train.keep_checkpoints),
-        metrics_(s_.run_dir + "/metrics.jsonl"),
-        progress_(true),
+        // Every rank holds the same model and the same reduced metrics: rank 0 reports them.
+        metrics_(s_.world.rank == 0 ? s_.run_dir + "/metrics.jsonl" : ""),
+        progress_(s_.world.rank == 0),
         loss_sum_(torch::zeros({}, torch::dtype(torch::kFloat32).device(s_.device))) {
     if (config.train.precision == "fp16") scaler_.emplace(s_.device);
   }
@@ -96,6 +97,7 @@ class Trainer {
                                                     batch.labels);
       }
       loss = loss / static_cast<double>(accum);
+      s_.strategy->before_backward(micro + 1 == accum);
       (scaler_ ? scaler_->scale(loss) : loss).backward();
       s_.strategy->after_backward(micro + 1 == accum);
       loss_sum_ += loss.detach();
@@ -116,6 +118,7 @@ class Trainer {
 
   void report_step(int64_t epoch) {
     const int64_t steps = step_ - interval_first_step_;
+    if (s_.comm->size() > 1) s_.comm->all_reduce(loss_sum_, dist::ReduceOp::kAverage)->wait();
     const double loss = loss_sum_.item<double>() / static_cast<double>(steps);
     if (!std::isfinite(loss)) {
       throw UserError(fmt::format("loss is {} at step {}: training diverged; lower optim.lr, "
@@ -132,6 +135,14 @@ class Trainer {
                            {"lr", lr},
                            {"throughput/img_per_s", img_per_s},
                            {"time/step_ms", 1e3 * seconds / steps}};
+    if (const std::optional<dist::StepStats> comm = s_.strategy->stats()) {
+      // Of the interval's last step (reading them may wait for the device).
+      fields.push_back({"comm/bytes", static_cast<double>(comm->bytes)});
+      fields.push_back({"comm/collectives", static_cast<double>(comm->collectives)});
+      fields.push_back({"comm/ms", comm->comm_ms});
+      fields.push_back({"comm/exposed_ms", comm->exposed_ms});
+      fields.push_back({"comm/busbw_gbps", comm->busbw_gbps});
+    }
     if (scaler_) {
       fields.push_back({"amp/loss_scale", scaler_->current_scale()});
       fields.push_back({"amp/skipped_steps", static_cast<double>(skipped_steps_)});
@@ -145,10 +156,13 @@ class Trainer {
   EvalResult evaluate(int64_t epoch) {
     if (!s_.test_loader) return {};
     torch::NoGradGuard no_grad;
+    s_.strategy->before_eval();
     s_.model->eval();
+    // Each rank evaluates its shard of the test set; the sums are reduced over ranks.
     auto options = torch::dtype(torch::kFloat64).device(s_.device);
-    torch::Tensor loss_sum = torch::zeros({}, options);
-    torch::Tensor correct = torch::zeros({}, options);
+    torch::Tensor sums = torch::zeros({3}, options);  // loss, correct, seen
+    torch::Tensor loss_sum = sums[0];
+    torch::Tensor correct = sums[1];
     int64_t seen = 0;
     s_.test_loader->start_epoch(0);
     data::Batch batch;
@@ -162,7 +176,11 @@ class Trainer {
       seen += batch.labels.size(0);
     }
     s_.model->train();
-    EvalResult result{loss_sum.item<double>() / seen, correct.item<double>() / seen};
+    sums[2].fill_(static_cast<double>(seen));
+    if (s_.comm->size() > 1) s_.comm->all_reduce(sums, dist::ReduceOp::kSum)->wait();
+    const torch::Tensor totals = sums.cpu();
+    const double count = totals[2].item<double>();
+    EvalResult result{totals[0].item<double>() / count, totals[1].item<double>() / count};
     progress_.line(fmt::format("epoch {} | test loss {:.4f} | test accuracy {:.2f}%", epoch,
                                result.loss, 100.0 * result.accuracy));
     metrics_.write("eval", step_,
@@ -174,7 +192,8 @@ class Trainer {
   }
 
   void checkpoint() {
-    if (config_.train.keep_checkpoints == 0) return;
+    // Every rank holds the same state (single, DDP): rank 0 writes it.
+    if (config_.train.keep_checkpoints == 0 || s_.world.rank != 0) return;
     checkpointer_.save({step_, step_ / s_.steps_per_epoch}, *s_.model, *s_.strategy,
                        to_toml(config_));
     interval_start_ = Clock::now();
@@ -206,9 +225,11 @@ RunResult run_training(const Config& config, const RunFlags& flags) {
   log::info("{}", describe_run(config, setup));
   if (flags.dry_run) return {};
 
+  const int rank = setup.world.rank;
   std::filesystem::create_directories(setup.run_dir);
-  log::open_file(setup.run_dir + "/train.log");
-  write_text(setup.run_dir + "/config.toml", to_toml(config));
+  log::open_file(setup.run_dir +
+                 (rank == 0 ? std::string("/train.log") : fmt::format("/train.rank{}.log", rank)));
+  if (rank == 0) write_text(setup.run_dir + "/config.toml", to_toml(config));
 
   const std::string checkpoints = setup.run_dir + "/checkpoints";
   Trainer trainer(config, std::move(setup));

@@ -1,0 +1,240 @@
+#include "dist/ddp.h"
+
+#include "common/error.h"
+#include "common/log.h"
+#include "dist/coalesced.h"
+#include "dist/optimizer_state.h"
+
+#include <fmt/format.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+#include <numeric>
+
+namespace dtrain::dist {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+double total_ms(const std::vector<std::unique_ptr<Work>>& works) {
+  double ms = 0.0;
+  for (const auto& work : works) ms += work->started()->ms_until(*work->finished());
+  return ms;
+}
+
+}  // namespace
+
+DdpStrategy::DdpStrategy(DdpOptions options, std::shared_ptr<Communicator> comm)
+    : options_(std::move(options)), comm_(std::move(comm)) {}
+
+DdpStrategy::~DdpStrategy() {
+  // The hooks call into this object; the model (and its accumulators) may outlive it.
+  for (auto& [accumulator, key] : hooks_) accumulator->del_post_hook(key);
+}
+
+void DdpStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) {
+  for (const auto& item : model.named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    names_.push_back(item.key());
+    params_.push_back(item.value());
+  }
+  buffers_ = model.buffers();
+  std::vector<torch::Tensor> state = params_;
+  state.insert(state.end(), buffers_.begin(), buffers_.end());
+  {
+    torch::NoGradGuard no_grad;
+    broadcast_coalesced(*comm_, state, 0);
+  }
+  optimizer_ = make_optimizer(params_);
+
+  // Backward produces gradients roughly in reverse order of registration: the first guess.
+  std::vector<int64_t> order(params_.size());
+  std::iota(order.rbegin(), order.rend(), 0);
+  build_buckets(plan_buckets(order, params_, static_cast<int64_t>(options_.first_bucket_mb * kMiB),
+                             static_cast<int64_t>(options_.bucket_mb * kMiB)));
+  register_hooks();
+}
+
+void DdpStrategy::build_buckets(const BucketPlan& plan) {
+  plan_ = plan;
+  buckets_.clear();
+  bucket_of_.assign(params_.size(), -1);
+  for (size_t b = 0; b < plan.size(); ++b) {
+    Bucket bucket;
+    bucket.params = plan[b];
+    int64_t numel = 0;
+    for (int64_t index : bucket.params) numel += params_[index].numel();
+    const torch::Tensor& first = params_[bucket.params.front()];
+    bucket.flat = torch::zeros({numel}, first.options().requires_grad(false));
+    int64_t offset = 0;
+    for (int64_t index : bucket.params) {
+      torch::Tensor& param = params_[index];
+      // Same strides as the parameter (channels_last included), so the accumulation into the
+      // view stays a dense elementwise add.
+      torch::Tensor view = param.is_non_overlapping_and_dense()
+                               ? bucket.flat.as_strided(param.sizes(), param.strides(), offset)
+                               : bucket.flat.narrow(0, offset, param.numel()).view(param.sizes());
+      param.mutable_grad() = view;
+      bucket_of_[index] = static_cast<int64_t>(b);
+      offset += param.numel();
+    }
+    buckets_.push_back(std::move(bucket));
+  }
+  log::debug("ddp: {} parameters in {} buckets", params_.size(), buckets_.size());
+}
+
+void DdpStrategy::register_hooks() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    std::shared_ptr<torch::autograd::Node> accumulator =
+        torch::autograd::impl::grad_accumulator(params_[i]);
+    const int64_t index = static_cast<int64_t>(i);
+    const uintptr_t key = accumulator->add_post_hook(
+        std::make_unique<torch::autograd::utils::LambdaPostHook>(
+            [this, index](const torch::autograd::variable_list& outputs,
+                          const torch::autograd::variable_list&) {
+              on_gradient_ready(index);
+              return outputs;
+            }));
+    // Holding the accumulator keeps it (and the hook) alive between backward passes.
+    hooks_.emplace_back(std::move(accumulator), key);
+  }
+}
+
+void DdpStrategy::before_forward(int64_t step) {
+  if (step > 0) sync_buffers();  // step 0: attach() broadcast them
+}
+
+void DdpStrategy::sync_buffers() {
+  if (options_.buffers == "local" || buffers_.empty()) return;
+  torch::NoGradGuard no_grad;
+  const auto works = options_.buffers == "broadcast" ? broadcast_coalesced(*comm_, buffers_, 0)
+                                                     : average_coalesced(*comm_, buffers_);
+  current_.buffer_ms += total_ms(works);
+  current_.buffer_collectives += static_cast<int64_t>(works.size());
+}
+
+void DdpStrategy::before_eval() { sync_buffers(); }
+
+void DdpStrategy::before_backward(bool last_micro_step) {
+  reducing_ = last_micro_step;
+  if (!reducing_) return;
+  ready_.assign(params_.size(), false);
+  observed_order_.clear();
+  for (Bucket& bucket : buckets_) bucket.pending = static_cast<int64_t>(bucket.params.size());
+  next_bucket_ = 0;
+}
+
+void DdpStrategy::on_gradient_ready(int64_t index) {
+  if (!reducing_) return;  // accumulating: gradients stay local until the last micro-step
+  if (ready_[index]) {
+    throw UserError(fmt::format("ddp: gradient of {} arrived twice in one backward (backward "
+                                "called twice per micro-step?)",
+                                names_[index]));
+  }
+  ready_[index] = true;
+  if (!order_replanned_) observed_order_.push_back(index);
+  --buckets_[bucket_of_[index]].pending;
+  if (options_.overlap) {
+    launch_ready_buckets();
+    // MPI progresses non-blocking collectives only inside MPI calls: poll the one in flight.
+    if (next_bucket_ > 0 && buckets_[next_bucket_ - 1].work) buckets_[next_bucket_ - 1].work->test();
+  }
+}
+
+void DdpStrategy::launch_ready_buckets() {
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
+    Bucket& bucket = buckets_[next_bucket_++];
+    bucket.work = comm_->all_reduce(bucket.flat, ReduceOp::kAverage);
+  }
+}
+
+void DdpStrategy::after_backward(bool last_micro_step) {
+  if (!last_micro_step) return;
+  current_.backward_end = comm_->now();
+  std::vector<std::string> unused;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (ready_[i]) continue;
+    unused.push_back(names_[i]);
+    --buckets_[bucket_of_[i]].pending;  // reduced as it is: zeros
+  }
+  if (!unused.empty() && !options_.find_unused) {
+    std::string list;
+    for (size_t i = 0; i < unused.size() && i < 8; ++i) list += (i ? ", " : "") + unused[i];
+    if (unused.size() > 8) list += fmt::format(" and {} more", unused.size() - 8);
+    throw UserError(fmt::format(
+        "ddp: {} parameter(s) received no gradient in this step: {}. Every parameter must take "
+        "part in the loss on every rank; or set dist.ddp.find_unused = true to reduce them "
+        "as zeros",
+        unused.size(), list));
+  }
+  launch_ready_buckets();
+  for (Bucket& bucket : buckets_) {
+    bucket.work->wait();
+    current_.starts.push_back(bucket.work->started());
+    current_.ends.push_back(bucket.work->finished());
+    current_.bytes += bucket.flat.numel() * static_cast<int64_t>(bucket.flat.element_size());
+  }
+  reducing_ = false;
+  last_ = std::move(current_);
+  current_ = {};
+}
+
+void DdpStrategy::step(double lr) {
+  for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+  optimizer_->step();
+  // Gradients stay views into the buckets: zero the buckets instead of freeing the grads.
+  for (Bucket& bucket : buckets_) bucket.flat.zero_();
+  // With unused parameters the observed order is partial and may differ across ranks: keep
+  // the first guess then, as PyTorch DDP does.
+  if (!order_replanned_ && !options_.find_unused) {
+    replan_from_observed_order();
+  }
+  order_replanned_ = true;
+  observed_order_.clear();
+}
+
+void DdpStrategy::replan_from_observed_order() {
+  // Every rank must launch the same buckets in the same order: take rank 0's observation.
+  torch::Tensor order = torch::tensor(observed_order_, torch::kInt64).to(comm_->device());
+  comm_->broadcast(order, 0)->wait();
+  order = order.cpu();
+  const std::vector<int64_t> observed(order.data_ptr<int64_t>(),
+                                      order.data_ptr<int64_t>() + order.numel());
+  const BucketPlan plan = plan_buckets(observed, params_,
+                                       static_cast<int64_t>(options_.first_bucket_mb * kMiB),
+                                       static_cast<int64_t>(options_.bucket_mb * kMiB));
+  if (plan != plan_) {
+    build_buckets(plan);
+    log::debug("ddp: buckets re-planned from the gradient order of the first step");
+  }
+}
+
+void DdpStrategy::save(const std::string& dir) const { save_optimizer(*optimizer_, dir); }
+
+void DdpStrategy::load(const std::string& dir) { load_optimizer(*optimizer_, dir); }
+
+std::optional<StepStats> DdpStrategy::stats() const {
+  if (!last_.backward_end) return std::nullopt;
+  StepStats stats;
+  double gradient_ms = 0.0;
+  for (size_t i = 0; i < last_.starts.size(); ++i) {
+    gradient_ms += last_.starts[i]->ms_until(*last_.ends[i]);
+  }
+  stats.bytes = last_.bytes;
+  stats.collectives = static_cast<int64_t>(last_.starts.size()) + last_.buffer_collectives;
+  stats.comm_ms = gradient_ms + last_.buffer_ms;
+  // What backward did not hide: from its end until the last bucket arrived; buffer syncs
+  // block the forward, so they count whole.
+  const double tail_ms = last_.ends.empty() ? 0.0 : last_.backward_end->ms_until(*last_.ends.back());
+  stats.exposed_ms = std::max(0.0, tail_ms) + last_.buffer_ms;
+  const double n = comm_->size();
+  if (gradient_ms > 0.0) {
+    stats.busbw_gbps = static_cast<double>(last_.bytes) / (gradient_ms * 1e-3) * 2.0 * (n - 1) / n / 1e9;
+  }
+  return stats;
+}
+
+}  // namespace dtrain::dist

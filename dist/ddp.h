@@ -1,0 +1,90 @@
+// The `ddp` strategy: data parallelism in the manner of PyTorch DDP. Every rank holds the whole
+// model and optimizer; after backward the gradients are averaged over ranks, so every rank
+// takes the same step. How:
+//   - attach(): rank 0's parameters and buffers are broadcast; gradients are laid out as views
+//     into flat buckets (`dist.ddp.bucket_mb`, the first one small), in reverse order of
+//     registration, re-planned once from the order observed in the first step (rank 0's
+//     order, so every rank agrees).
+//   - A hook on each parameter's gradient accumulator counts the bucket down; a bucket whose
+//     last gradient arrived starts its all-reduce (average) at once, in bucket order on every
+//     rank, overlapping the rest of backward (`dist.ddp.overlap`).
+//   - Gradient accumulation reduces only on the last micro-step.
+//   - BatchNorm buffers follow `dist.ddp.buffers`.
+#pragma once
+
+#include "dist/buckets.h"
+#include "dist/comm/communicator.h"
+#include "dist/options.h"
+#include "dist/strategy.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dtrain::dist {
+
+class DdpStrategy : public Strategy {
+ public:
+  DdpStrategy(DdpOptions options, std::shared_ptr<Communicator> comm);
+  ~DdpStrategy() override;
+
+  std::string name() const override { return "ddp"; }
+  void attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) override;
+  void before_forward(int64_t step) override;
+  void before_backward(bool last_micro_step) override;
+  void after_backward(bool last_micro_step) override;
+  void before_eval() override;
+  std::vector<torch::Tensor> gradient_owners() override { return params_; }
+  void step(double lr) override;
+  void save(const std::string& dir) const override;
+  void load(const std::string& dir) override;
+  std::optional<StepStats> stats() const override;
+
+  // The current bucket plan (indices into model.parameters()), in launch order.
+  const BucketPlan& buckets() const { return plan_; }
+
+ private:
+  struct Bucket {
+    std::vector<int64_t> params;
+    torch::Tensor flat;  // the parameters' gradients live here, as views
+    int64_t pending = 0;
+    std::unique_ptr<Work> work;
+  };
+  // Timings of the last completed step, for stats().
+  struct StepRecord {
+    std::shared_ptr<const TimePoint> backward_end;
+    std::vector<std::shared_ptr<const TimePoint>> starts, ends;  // buckets, in launch order
+    double buffer_ms = 0.0;
+    int64_t buffer_collectives = 0;
+    int64_t bytes = 0;
+  };
+
+  void build_buckets(const BucketPlan& plan);
+  void register_hooks();
+  void on_gradient_ready(int64_t index);
+  void launch_ready_buckets();
+  void sync_buffers();
+  void replan_from_observed_order();
+
+  DdpOptions options_;
+  std::shared_ptr<Communicator> comm_;
+  std::vector<torch::Tensor> params_;
+  std::vector<std::string> names_;
+  std::vector<torch::Tensor> buffers_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+
+  BucketPlan plan_;
+  std::vector<Bucket> buckets_;
+  std::vector<int64_t> bucket_of_;  // parameter index -> bucket
+  std::vector<bool> ready_;         // parameter's gradient arrived this step
+  size_t next_bucket_ = 0;          // buckets launch strictly in order, on every rank alike
+  bool reducing_ = false;           // this backward is a step's last micro-step
+
+  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
+  std::vector<int64_t> observed_order_;  // first step's gradient order
+  bool order_replanned_ = false;
+
+  StepRecord current_, last_;
+};
+
+}  // namespace dtrain::dist
