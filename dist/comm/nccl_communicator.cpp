@@ -1,0 +1,350 @@
+#include "dist/comm/nccl_communicator.h"
+
+#include "common/error.h"
+#include "common/log.h"
+#include "dist/comm/mpi_communicator.h"
+#include "dist/comm/nccl_work.h"
+#include "dist/comm/watchdog.h"
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <fmt/format.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 18, 0)
+#error "the NCCL backend needs NCCL 2.18 or newer (ncclCommSplit)"
+#endif
+
+namespace dtrain::dist {
+
+namespace {
+
+#define DTRAIN_NCCL_CHECK(call)                                                    \
+  do {                                                                             \
+    const ncclResult_t nccl_status = (call);                                       \
+    DTRAIN_CHECK(nccl_status == ncclSuccess, "{} failed: {} ({})", #call,          \
+                 ncclGetErrorString(nccl_status), ncclGetLastError(nullptr));      \
+  } while (0)
+
+ncclDataType_t nccl_type(const torch::Tensor& tensor) {
+  switch (tensor.scalar_type()) {
+    case torch::kFloat32: return ncclFloat32;
+    case torch::kFloat64: return ncclFloat64;
+    case torch::kFloat16: return ncclFloat16;
+    case torch::kBFloat16: return ncclBfloat16;
+    case torch::kInt32: return ncclInt32;
+    case torch::kInt64: return ncclInt64;
+    case torch::kUInt8: return ncclUint8;
+    default:
+      throw_check_failure(__FILE__, __LINE__, "nccl_type(tensor)",
+                          fmt::format("the NCCL backend has no type for {}",
+                                      c10::toString(tensor.scalar_type())));
+  }
+}
+
+// NCCL averages inside the reduction (each input scaled by 1/size on the way).
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::kAverage ? ncclAvg : ncclSum; }
+
+size_t count(const torch::Tensor& tensor) { return static_cast<size_t>(tensor.numel()); }
+
+// How long ncclCommAbort may take, after a timeout, before MPI_Abort ends the job regardless.
+constexpr std::chrono::seconds kAbortGrace(5);
+
+class NcclCommunicator : public Communicator {
+ public:
+  // Creates the NCCL communicator with `create`, collective over its future members, bounded
+  // by the watchdog under the name `what`.
+  NcclCommunicator(c10::DeviceIndex device, double timeout_s, const std::string& what,
+                   const std::function<ncclComm_t()>& create)
+      : device_(device),
+        timeout_s_(timeout_s),
+        stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device)),
+        ready_(device, cudaEventDisableTiming),
+        watchdog_(
+            timeout_s, [device] { DTRAIN_CUDA_CHECK(cudaSetDevice(device)); },
+            [this] { abort_job(); }) {
+    c10::cuda::CUDAGuard guard(device_);  // NCCL binds a communicator to the current device
+    auto created = std::make_shared<std::atomic<bool>>(false);
+    watchdog_.watch(what, [created] { return created->load(); });
+    comm_.store(create());
+    created->store(true);
+    DTRAIN_NCCL_CHECK(ncclCommUserRank(comm(), &rank_));
+    DTRAIN_NCCL_CHECK(ncclCommCount(comm(), &size_));
+  }
+
+  ~NcclCommunicator() override {
+    // Kernels in flight use the communicator: launch what was posted, let the stream drain
+    // (the watchdog bounds both), then destroy it. Errors are logged, not thrown.
+    try {
+      launch_posted();
+    } catch (const std::exception& e) {
+      log::warn("rank {}: sends/receives posted but never waited for: {}", error_rank(),
+                e.what());
+    }
+    const cudaError_t drained = cudaStreamSynchronize(stream_.stream());
+    if (drained != cudaSuccess && drained != cudaErrorCudartUnloading) {
+      log::warn("rank {}: NCCL stream: {}", error_rank(), cudaGetErrorString(drained));
+    }
+    ncclComm_t comm = comm_.exchange(nullptr);  // a timeout from here on only ends the job
+    auto destroyed = std::make_shared<std::atomic<bool>>(false);
+    watchdog_.watch("destroying the NCCL communicator", [destroyed] { return destroyed->load(); });
+    const ncclResult_t status = ncclCommDestroy(comm);
+    destroyed->store(true);
+    if (status != ncclSuccess) {
+      log::warn("rank {}: ncclCommDestroy: {}", error_rank(), ncclGetErrorString(status));
+    }
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "nccl"; }
+  torch::Device device() const override { return torch::Device(torch::kCUDA, device_); }
+
+  std::shared_ptr<const TimePoint> now() override {
+    auto event = std::make_shared<CudaEvent>(device_, cudaEventDefault);
+    event->record(c10::cuda::getCurrentCUDAStream(device_).stream());
+    return std::make_shared<CudaTimePoint>(std::move(event));
+  }
+
+  std::unique_ptr<Work> all_reduce(torch::Tensor tensor, ReduceOp op) override {
+    check_tensor(tensor, "all_reduce");
+    return collective("all_reduce", tensor, {tensor}, [&](cudaStream_t stream) {
+      DTRAIN_NCCL_CHECK(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), count(tensor),
+                                      nccl_type(tensor), nccl_op(op), comm(), stream));
+    });
+  }
+
+  std::unique_ptr<Work> broadcast(torch::Tensor tensor, int root) override {
+    check_tensor(tensor, "broadcast");
+    check_rank(root, "broadcast root");
+    return collective("broadcast", tensor, {tensor}, [&](cudaStream_t stream) {
+      DTRAIN_NCCL_CHECK(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), count(tensor),
+                                      nccl_type(tensor), root, comm(), stream));
+    });
+  }
+
+  std::unique_ptr<Work> all_gather(torch::Tensor input, torch::Tensor output) override {
+    check_tensor(input, "all_gather");
+    check_tensor(output, "all_gather");
+    DTRAIN_CHECK(output.numel() == input.numel() * size_ &&
+                     output.scalar_type() == input.scalar_type(),
+                 "all_gather output holds {} x {}, needs {} x {} x {}", output.numel(),
+                 c10::toString(output.scalar_type()), size_, input.numel(),
+                 c10::toString(input.scalar_type()));
+    return collective("all_gather", input, {input, output}, [&](cudaStream_t stream) {
+      DTRAIN_NCCL_CHECK(ncclAllGather(input.data_ptr(), output.data_ptr(), count(input),
+                                      nccl_type(input), comm(), stream));
+    });
+  }
+
+  std::unique_ptr<Work> reduce_scatter(torch::Tensor input, torch::Tensor output,
+                                       ReduceOp op) override {
+    check_tensor(input, "reduce_scatter");
+    check_tensor(output, "reduce_scatter");
+    DTRAIN_CHECK(input.numel() == output.numel() * size_ &&
+                     output.scalar_type() == input.scalar_type(),
+                 "reduce_scatter input holds {} x {}, needs {} x {} x {}", input.numel(),
+                 c10::toString(input.scalar_type()), size_, output.numel(),
+                 c10::toString(output.scalar_type()));
+    return collective("reduce_scatter", output, {input, output}, [&](cudaStream_t stream) {
+      DTRAIN_NCCL_CHECK(ncclReduceScatter(input.data_ptr(), output.data_ptr(), count(output),
+                                          nccl_type(output), nccl_op(op), comm(), stream));
+    });
+  }
+
+  std::unique_ptr<Work> send(torch::Tensor tensor, int peer, int tag) override {
+    return post(std::move(tensor), peer, /*is_send=*/true,
+                fmt::format("send to rank {} (tag {})", peer, tag));
+  }
+
+  std::unique_ptr<Work> recv(torch::Tensor tensor, int peer, int tag) override {
+    return post(std::move(tensor), peer, /*is_send=*/false,
+                fmt::format("recv from rank {} (tag {})", peer, tag));
+  }
+
+  void barrier() override {
+    torch::Tensor token = torch::zeros({1}, torch::dtype(torch::kInt32).device(device()));
+    const auto work = collective("barrier", torch::Tensor(), {token}, [&](cudaStream_t stream) {
+      DTRAIN_NCCL_CHECK(ncclAllReduce(token.data_ptr(), token.data_ptr(), 1, ncclInt32, ncclSum,
+                                      comm(), stream));
+    });
+    // Blocking on the host, as on MPI; the watchdog bounds the wait.
+    while (!work->test()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    DTRAIN_CHECK(color >= 0, "split: color must be non-negative, got {}", color);
+    ncclComm_t parent = comm();
+    return std::make_unique<NcclCommunicator>(
+        device_, timeout_s_, describe("split", torch::Tensor()), [parent, color, key] {
+          ncclComm_t child = nullptr;
+          DTRAIN_NCCL_CHECK(ncclCommSplit(parent, color, key, &child, /*config=*/nullptr));
+          return child;
+        });
+  }
+
+ private:
+  // A send or receive posted and not yet launched.
+  struct Posted {
+    torch::Tensor tensor;
+    int peer;
+    bool is_send;
+    std::string what;
+    std::shared_ptr<LaunchEvents> events;
+  };
+
+  ncclComm_t comm() const { return comm_.load(); }
+
+  void check_tensor(const torch::Tensor& tensor, const char* op) const {
+    DTRAIN_CHECK(tensor.device() == device() && tensor.is_contiguous(),
+                 "{} on NCCL needs a contiguous tensor on {}, got {} {}", op, device().str(),
+                 tensor.device().str(), tensor.is_contiguous() ? "contiguous" : "strided");
+  }
+
+  void check_rank(int rank, const char* role) const {
+    DTRAIN_CHECK(rank >= 0 && rank < size_, "{} {} is not a rank of this communicator (size {})",
+                 role, rank, size_);
+  }
+
+  // "all_reduce #7 (1024 x Float)": the name in timeouts, numbered in issue order.
+  std::string describe(const std::string& op, const torch::Tensor& tensor) {
+    ++sequence_;
+    return tensor.defined() ? fmt::format("{} #{} ({} x {})", op, sequence_, tensor.numel(),
+                                          c10::toString(tensor.scalar_type()))
+                            : fmt::format("{} #{}", op, sequence_);
+  }
+
+  std::unique_ptr<Work> collective(const std::string& op, const torch::Tensor& described,
+                                   const std::vector<torch::Tensor>& used,
+                                   const std::function<void(cudaStream_t)>& call) {
+    auto events = std::make_shared<LaunchEvents>();
+    // Watched before the launch: a blocking NCCL call that never returns is bounded too.
+    watchdog_.watch(describe(op, described), [events] { return events->done(); });
+    launch(used, call, {events});
+    return std::make_unique<NcclWork>(events, device_, nullptr);
+  }
+
+  std::unique_ptr<Work> post(torch::Tensor tensor, int peer, bool is_send, const std::string& op) {
+    check_tensor(tensor, is_send ? "send" : "recv");
+    check_rank(peer, is_send ? "send to" : "recv from");
+    auto events = std::make_shared<LaunchEvents>();
+    const std::string what = describe(op, tensor);
+    posted_.push_back({std::move(tensor), peer, is_send, what, events});
+    return std::make_unique<NcclWork>(events, device_, [this] { launch_posted(); });
+  }
+
+  // Every posted send and receive, as one group: NCCL progresses a group's operations
+  // together, so a receive posted before its rank's send does not block that send.
+  void launch_posted() {
+    if (posted_.empty()) return;
+    std::vector<Posted> group;
+    group.swap(posted_);
+    std::vector<torch::Tensor> used;
+    std::vector<std::shared_ptr<LaunchEvents>> group_events;
+    for (const Posted& op : group) {
+      watchdog_.watch(op.what, [events = op.events] { return events->done(); });
+      used.push_back(op.tensor);
+      group_events.push_back(op.events);
+    }
+    launch(used, [&](cudaStream_t stream) {
+      DTRAIN_NCCL_CHECK(ncclGroupStart());
+      for (const Posted& op : group) {
+        if (op.is_send) {
+          DTRAIN_NCCL_CHECK(ncclSend(op.tensor.data_ptr(), count(op.tensor),
+                                     nccl_type(op.tensor), op.peer, comm(), stream));
+        } else {
+          DTRAIN_NCCL_CHECK(ncclRecv(op.tensor.data_ptr(), count(op.tensor),
+                                     nccl_type(op.tensor), op.peer, comm(), stream));
+        }
+      }
+      DTRAIN_NCCL_CHECK(ncclGroupEnd());
+    }, group_events);
+  }
+
+  // Steps 1-3 of the header's protocol around `call`, which issues NCCL work on `stream`.
+  void launch(const std::vector<torch::Tensor>& used, const std::function<void(cudaStream_t)>& call,
+              const std::vector<std::shared_ptr<LaunchEvents>>& events) {
+    c10::cuda::CUDAGuard guard(device_);
+    const cudaStream_t stream = stream_.stream();
+    ready_.record(c10::cuda::getCurrentCUDAStream(device_).stream());
+    DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream, ready_.get(), 0));
+    auto started = std::make_shared<CudaEvent>(device_, cudaEventDefault);
+    auto finished = std::make_shared<CudaEvent>(device_, cudaEventDefault);
+    started->record(stream);
+    call(stream);
+    finished->record(stream);
+    for (const torch::Tensor& tensor : used) {
+      c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), stream_);
+    }
+    for (const auto& launched : events) launched->set(started, finished);
+  }
+
+  // On the watchdog's thread, after it logged the timeout.
+  void abort_job() {
+    if (ncclComm_t comm = comm_.load()) {
+      ncclResult_t async_error = ncclSuccess;
+      if (ncclCommGetAsyncError(comm, &async_error) == ncclSuccess && async_error != ncclSuccess) {
+        log::error("rank {}: NCCL reports: {} ({})", error_rank(), ncclGetErrorString(async_error),
+                   ncclGetLastError(comm));
+      }
+      // Stops this rank's kernels that wait for peers that never come. NCCL's abort can hang
+      // itself (NVIDIA/nccl#1777): it gets a few seconds, then the job ends regardless.
+      auto aborted = std::make_shared<std::atomic<bool>>(false);
+      std::thread([comm, aborted] {
+        ncclCommAbort(comm);
+        aborted->store(true);
+      }).detach();
+      const auto deadline = std::chrono::steady_clock::now() + kAbortGrace;
+      while (!aborted->load() && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    MPI_Abort(MPI_COMM_WORLD, 3);
+  }
+
+  c10::DeviceIndex device_;
+  double timeout_s_;
+  c10::cuda::CUDAStream stream_;
+  CudaEvent ready_;  // re-recorded for each operation: a stream wait uses the latest record
+  std::atomic<ncclComm_t> comm_{nullptr};  // read by the watchdog's thread to abort it
+  int rank_ = 0;
+  int size_ = 1;
+  int64_t sequence_ = 0;  // operations issued on this communicator, named in timeouts
+  std::vector<Posted> posted_;
+  Watchdog watchdog_;  // last: destroyed first, its thread stopped before the rest goes
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_world(int device_index, double timeout_s) {
+  const WorldInfo world = init_world();
+  int devices = 0;
+  DTRAIN_CUDA_CHECK(cudaGetDeviceCount(&devices));
+  DTRAIN_CHECK(device_index >= 0 && device_index < devices,
+               "NCCL communicator on cuda:{}, but this machine shows {} CUDA device(s)",
+               device_index, devices);
+  return std::make_unique<NcclCommunicator>(
+      static_cast<c10::DeviceIndex>(device_index), timeout_s,
+      "NCCL start-up (unique id broadcast, ncclCommInitRank)", [world] {
+        ncclUniqueId id{};
+        if (world.rank == 0) DTRAIN_NCCL_CHECK(ncclGetUniqueId(&id));
+        const int status =
+            MPI_Bcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, MPI_COMM_WORLD);
+        DTRAIN_CHECK(status == MPI_SUCCESS, "MPI_Bcast of NCCL's unique id returned {}", status);
+        ncclComm_t comm = nullptr;
+        DTRAIN_NCCL_CHECK(ncclCommInitRank(&comm, world.size, id, world.rank));
+        return comm;
+      });
+}
+
+}  // namespace dtrain::dist

@@ -1,0 +1,142 @@
+// All-reduce bandwidth of dtrain's NCCL communicator against raw NCCL, measured in the same
+// run: float32 sums in place, one GPU per rank, sizes 1, 25 and 256 MiB (and 1024 MiB with
+// --large). Ours is issued as the DDP strategy issues it (all_reduce, then wait, so each call
+// also pays the stream/event handshake); raw NCCL calls ncclAllReduce back to back on one
+// stream of its own communicator.
+//   usage: mpirun -np N build/bench_allreduce [--large]
+// Prints on rank 0 one line per size: time per call and bus bandwidth of both, and the ratio
+// ours/raw. Bus bandwidth as nccl-tests reports it: algbw = bytes / time,
+// busbw = algbw x 2(n-1)/n. Each figure is the best of three rounds, the two sides alternated.
+#include "common/error.h"
+#include "dist/comm/mpi_communicator.h"
+#include "dist/comm/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+#include <mpi.h>
+#include <nccl.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+namespace {
+
+using dtrain::dist::Communicator;
+using dtrain::dist::ReduceOp;
+
+constexpr int64_t kMiB = 1024 * 1024;
+constexpr int kRounds = 3;
+constexpr int kWarmup = 5;
+
+void check_cuda(cudaError_t status, const char* what) {
+  DTRAIN_CHECK(status == cudaSuccess, "{} failed: {}", what, cudaGetErrorString(status));
+}
+
+void check_nccl(ncclResult_t status, const char* what) {
+  DTRAIN_CHECK(status == ncclSuccess, "{} failed: {}", what, ncclGetErrorString(status));
+}
+
+// A plain NCCL communicator over the world, with its own stream and buffer.
+struct RawNccl {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  void* buffer = nullptr;
+
+  RawNccl(const dtrain::dist::WorldInfo& world, int64_t max_bytes) {
+    ncclUniqueId id{};
+    if (world.rank == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    MPI_Bcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, MPI_COMM_WORLD);
+    check_nccl(ncclCommInitRank(&comm, world.size, id, world.rank), "ncclCommInitRank");
+    check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cudaMalloc(&buffer, static_cast<size_t>(max_bytes)), "cudaMalloc");
+    check_cuda(cudaMemset(buffer, 0, static_cast<size_t>(max_bytes)), "cudaMemset");
+  }
+  ~RawNccl() {
+    cudaFree(buffer);
+    cudaStreamDestroy(stream);
+    ncclCommDestroy(comm);
+  }
+  RawNccl(const RawNccl&) = delete;
+  RawNccl& operator=(const RawNccl&) = delete;
+
+  void all_reduce(int64_t count) {
+    check_nccl(ncclAllReduce(buffer, buffer, static_cast<size_t>(count), ncclFloat32, ncclSum,
+                             comm, stream),
+               "ncclAllReduce");
+  }
+};
+
+// Seconds per call of `issue`, the slowest rank's: `iterations` calls after a warm-up, timed
+// on the host from an idle device to an idle device.
+double seconds_per_call(int iterations, const std::function<void()>& issue) {
+  for (int i = 0; i < kWarmup; ++i) issue();
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iterations; ++i) issue();
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iterations;
+  MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return seconds;
+}
+
+double busbw_gbps(int64_t bytes, double seconds, int ranks) {
+  return static_cast<double>(bytes) / seconds * 2.0 * (ranks - 1) / ranks / 1e9;
+}
+
+// The communicator's result is right before it is timed.
+void check_sum(Communicator& comm) {
+  torch::Tensor ones = torch::ones({1000}, torch::device(comm.device()));
+  comm.all_reduce(ones, ReduceOp::kSum)->wait();
+  DTRAIN_CHECK(ones.eq(comm.size()).all().item<bool>(), "all_reduce of ones did not give {}",
+               comm.size());
+}
+
+}  // namespace
+
+int main(int argc, char* argv[]) {
+  const dtrain::dist::WorldInfo world = dtrain::dist::init_world();
+  std::vector<int64_t> sizes_mib = {1, 25, 256};
+  if (argc > 1 && std::strcmp(argv[1], "--large") == 0) sizes_mib.push_back(1024);
+  const int64_t max_bytes = sizes_mib.back() * kMiB;
+
+  check_cuda(cudaSetDevice(world.local_rank), "cudaSetDevice");
+  auto comm = dtrain::dist::make_nccl_world(world.local_rank, /*timeout_s=*/300.0);
+  check_sum(*comm);
+  RawNccl raw(world, max_bytes);
+  torch::Tensor tensor =
+      torch::zeros({max_bytes / 4}, torch::dtype(torch::kFloat32).device(comm->device()));
+
+  if (world.rank == 0) {
+    fmt::print("all_reduce float32 sum in place, {} ranks; busbw = algbw x 2(n-1)/n\n",
+               world.size);
+    fmt::print("{:>9} {:>10} {:>12} {:>10} {:>12} {:>11}\n", "size", "dtrain us", "dtrain GB/s",
+               "raw us", "raw GB/s", "ours/raw");
+  }
+  for (const int64_t mib : sizes_mib) {
+    const int64_t bytes = mib * kMiB;
+    const int64_t count = bytes / 4;
+    // About 16 GiB moved per round: enough calls to time the small sizes well.
+    const int iterations = static_cast<int>(std::clamp<int64_t>(16 * 1024 / mib, 20, 1000));
+    torch::Tensor slice = tensor.narrow(0, 0, count);
+    double ours = 1e30;
+    double reference = 1e30;
+    for (int round = 0; round < kRounds; ++round) {
+      ours = std::min(ours, seconds_per_call(iterations, [&] {
+                        comm->all_reduce(slice, ReduceOp::kSum)->wait();
+                      }));
+      reference = std::min(reference, seconds_per_call(iterations, [&] { raw.all_reduce(count); }));
+    }
+    if (world.rank == 0) {
+      fmt::print("{:>5} MiB {:>10.1f} {:>12.1f} {:>10.1f} {:>12.1f} {:>11.3f}\n", mib, ours * 1e6,
+                 busbw_gbps(bytes, ours, world.size), reference * 1e6,
+                 busbw_gbps(bytes, reference, world.size), reference / ours);
+    }
+  }
+  return 0;
+}

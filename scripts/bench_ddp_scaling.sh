@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Data-parallel ResNet-50 scaling on one machine, dtrain against PyTorch DDP in the same call:
+# configs/resnet50_synthetic.toml (batch 128 per GPU, bf16, channels_last, synthetic data on the
+# device) at each GPU count, dtrain's DDP with overlap on and off, and scripts/bench_torch_ddp.py.
+# At 1 GPU both sides train without DDP (dtrain: dist.strategy = single).
+#   usage: scripts/bench_ddp_scaling.sh BUILD_DIR OUT_DIR ["1 2 4"]
+# Prints a markdown table; efficiency = img/s at N GPUs / (N x that side's own img/s at 1 GPU).
+# Every run's log and metrics stay in OUT_DIR.
+set -euo pipefail
+build=$(cd "$1" && pwd)
+mkdir -p "$2"
+out=$(cd "$2" && pwd)
+read -ra counts <<<"${3:-1 2 4}"
+[[ " ${counts[*]} " == *" 1 "* ]] || counts=(1 "${counts[@]}")  # efficiency needs 1 GPU
+cd "$(dirname "$0")/.."
+. scripts/gpu_env.sh  # NCCL_NVLS_ENABLE=0 (NVLink multicast stays off), mpirun as root
+
+launch() {  # N COMMAND...: one process per GPU, NCCL's environment passed to every rank
+  local n=$1
+  shift
+  mpirun -np "$n" --oversubscribe --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE \
+    -x MASTER_PORT=$((29500 + n)) "$@"
+}
+
+# N NAME --set ... -> "img/s exposed_ms comm_ms busbw_gbps" from rank 0's metrics.jsonl,
+# averaged over the logged intervals after the first ("-" where a field is absent).
+dtrain_run() {
+  local n=$1 name=$2
+  shift 2
+  launch "$n" "$build/trainer" --config configs/resnet50_synthetic.toml \
+    --set run.out_dir="$out" --set run.name="$name" "$@" >"$out/$name.log" 2>&1 \
+    || { tail -30 "$out/$name.log" >&2; return 1; }
+  # The first interval holds cuDNN's algorithm search and NCCL's connection set-up.
+  python3 - "$out/$name/metrics.jsonl" <<'PY'
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1]) if '"kind":"step"' in l][1:]
+def mean(key, digits):
+    values = [s[key] for s in steps if key in s]
+    return f"{sum(values) / len(values):.{digits}f}" if values else "-"
+print(mean("throughput/img_per_s", 0), mean("comm/exposed_ms", 1), mean("comm/ms", 1),
+      mean("comm/busbw_gbps", 1))
+PY
+}
+
+torch_run() {  # N -> img/s
+  local log="$out/torch_ddp_np$1.log"
+  launch "$1" python3 scripts/bench_torch_ddp.py --batch 128 --warmup 20 --steps 100 >"$log" 2>&1 \
+    || { tail -30 "$log" >&2; return 1; }
+  sed -n 's/.*img\/s: \([0-9.]*\).*/\1/p' "$log"
+}
+
+efficiency() {  # RATE N BASE -> RATE / (N x BASE)
+  awk -v r="$1" -v n="$2" -v b="$3" \
+    'BEGIN { if (r == "-" || b == "-" || b <= 0) print "-"; else printf "%.3f", r / (n * b) }'
+}
+
+# A run that fails shows "-" (its log's tail goes to stderr); the others still report.
+rows=() details=()
+for n in "${counts[@]}"; do
+  if [ "$n" -eq 1 ]; then
+    on=$(dtrain_run 1 np1_single --set dist.strategy=single) || on="- - - -"
+    off=$on
+  else
+    on=$(dtrain_run "$n" "np${n}_overlap_on" --set dist.strategy=ddp \
+      --set dist.ddp.overlap=true) || on="- - - -"
+    off=$(dtrain_run "$n" "np${n}_overlap_off" --set dist.strategy=ddp \
+      --set dist.ddp.overlap=false) || off="- - - -"
+    read -r _ _ on_ms on_busbw <<<"$on"
+    read -r _ _ off_ms off_busbw <<<"$off"
+    details+=("$n GPUs: comm $on_ms ms/step at $on_busbw GB/s busbw with overlap on, \
+$off_ms ms/step at $off_busbw GB/s with overlap off")
+  fi
+  read -r on_rate on_exposed _ _ <<<"$on"
+  read -r off_rate off_exposed _ _ <<<"$off"
+  torch_rate=$(torch_run "$n") || true
+  torch_rate=${torch_rate:--}
+  if [ "$n" -eq 1 ]; then dtrain_base=$on_rate torch_base=$torch_rate; fi
+  rows+=("$(printf '| %s | %s | %s | %s | %s | %s | %s | %s |' "$n" \
+    "$on_rate" "$(efficiency "$on_rate" "$n" "$dtrain_base")" "$on_exposed" \
+    "$off_rate" "$off_exposed" "$torch_rate" "$(efficiency "$torch_rate" "$n" "$torch_base")")")
+done
+
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+echo "ResNet-50 on $gpu: batch 128 per GPU, bf16, channels_last, synthetic data"
+echo
+echo "| GPUs | dtrain overlap on img/s | eff | exposed ms | overlap off img/s | exposed ms | torch DDP img/s | eff |"
+echo "|---|---|---|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
+echo
+printf '%s\n' "${details[@]}"

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""PyTorch DDP reference for dtrain's data-parallel ResNet-50 throughput: torchvision ResNet-50,
+synthetic data resident on each GPU, bf16 autocast, channels_last, SGD momentum 0.9, lr 0.1,
+weight decay 5e-5 (configs/resnet50_synthetic.toml), DistributedDataParallel with 25 MiB buckets
+and gradients as bucket views, one process per GPU.
+
+usage: mpirun -np N [-x MASTER_PORT=P] bench_torch_ddp.py [--batch 128] [--warmup 20] [--steps 100]
+       bench_torch_ddp.py ...            (one process: the model without DDP)
+Ranks come from Open MPI's environment (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK); the process
+group meets at MASTER_ADDR:MASTER_PORT (default 127.0.0.1:29500).
+Prints one line on rank 0: "torch ddp resnet50 N GPU(s) batch B per GPU bf16 channels_last:
+img/s: X", X over all GPUs.
+"""
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torchvision
+from torch.nn.parallel import DistributedDataParallel
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch", type=int, default=128, help="images per GPU per step")
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=100)
+    args = parser.parse_args()
+
+    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
+    world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", 0))
+    device = torch.device("cuda", local_rank)
+    torch.cuda.set_device(device)
+    if world > 1:
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29500")
+        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=device)
+
+    torch.backends.cudnn.benchmark = True
+    model = torchvision.models.resnet50().to(device, memory_format=torch.channels_last)
+    if world > 1:
+        model = DistributedDataParallel(model, device_ids=[local_rank], bucket_cap_mb=25,
+                                        gradient_as_bucket_view=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-5)
+    images = torch.randn(args.batch, 3, 224, 224, device=device).to(
+        memory_format=torch.channels_last)
+    labels = torch.randint(0, 1000, (args.batch,), device=device)
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(args.warmup):
+        step()
+    torch.cuda.synchronize()
+    if world > 1:
+        dist.barrier()  # every rank starts the clock with the others ready
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    if rank == 0:
+        print(f"torch ddp resnet50 {world} GPU(s) batch {args.batch} per GPU bf16 channels_last: "
+              f"img/s: {args.batch * world * args.steps / seconds:.0f}", flush=True)
+    if world > 1:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
