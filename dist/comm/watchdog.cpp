@@ -15,6 +15,8 @@ namespace {
 // How often outstanding operations are polled: a timeout fires at most this late, and the
 // polls (a CUDA event query each) stay far from the training loop's own driver calls.
 constexpr std::chrono::milliseconds kPollInterval(100);
+// How long aborting the communicator and MPI may take before the process exits regardless.
+constexpr std::chrono::seconds kExitGrace(15);
 
 }  // namespace
 
@@ -22,69 +24,94 @@ Watchdog::Watchdog(double timeout_s, std::function<void()> on_thread_start,
                    std::function<void()> end_job)
     : timeout_s_(timeout_s),
       end_job_(std::move(end_job)),
-      thread_([this, start = std::move(on_thread_start)] { run(start); }) {}
+      poller_([this, start = std::move(on_thread_start)] { poll_loop(start); }),
+      timer_([this] { timer_loop(); }) {}
 
 Watchdog::~Watchdog() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
-  wake_.notify_one();
-  thread_.join();
+  wake_.notify_all();
+  timer_.join();
+  poller_.join();
 }
 
 void Watchdog::watch(std::string what, std::function<bool()> done) {
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(timeout_s_));
+  auto watched = std::make_shared<Watched>();
+  watched->what = std::move(what);
+  watched->done = std::move(done);
+  watched->deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                         std::chrono::duration<double>(timeout_s_));
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    watched_.push_back({std::move(what), std::move(done), deadline});
+    watched_.push_back(std::move(watched));
   }
-  wake_.notify_one();
+  wake_.notify_all();
 }
 
-void Watchdog::run(const std::function<void()>& on_thread_start) {
+bool Watchdog::sleep_interval() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  wake_.wait_for(lock, kPollInterval, [this] { return stopping_; });
+  return !stopping_;
+}
+
+void Watchdog::poll_loop(const std::function<void()>& on_thread_start) {
   try {
     if (on_thread_start) on_thread_start();
   } catch (const std::exception& e) {
     end_job(fmt::format("rank {}: the communicator's watchdog could not start: {}",
                         error_rank(), e.what()));
   }
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (!stopping_) {
-    if (watched_.empty()) {
-      wake_.wait(lock, [this] { return stopping_ || !watched_.empty(); });
-    } else {
-      wake_.wait_for(lock, kPollInterval, [this] { return stopping_; });
+  while (sleep_interval()) {
+    std::list<std::shared_ptr<Watched>> snapshot;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      snapshot = watched_;
     }
-    if (!stopping_) poll();
+    // Without the lock: a query may block (see the header), and watch() must not.
+    for (const auto& watched : snapshot) {
+      try {
+        if (watched->done()) watched->completed.store(true);
+      } catch (const std::exception& e) {  // a CUDA error raised by a kernel of the operation
+        end_job(fmt::format("rank {}: {} failed: {}; ending the job", error_rank(),
+                            watched->what, e.what()));
+      }
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    watched_.remove_if([](const auto& watched) { return watched->completed.load(); });
   }
 }
 
-void Watchdog::poll() {
-  const auto now = Clock::now();
-  for (auto it = watched_.begin(); it != watched_.end();) {
-    bool done = false;
-    try {
-      done = it->done();
-    } catch (const std::exception& e) {  // e.g. a CUDA error raised by a kernel of the operation
-      end_job(fmt::format("rank {}: {} failed: {}; ending the job", error_rank(), it->what,
-                          e.what()));
+void Watchdog::timer_loop() {
+  while (sleep_interval()) {
+    std::string overdue;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto now = Clock::now();
+      for (const auto& watched : watched_) {
+        if (!watched->completed.load() && now > watched->deadline) {
+          overdue = watched->what;
+          break;
+        }
+      }
     }
-    if (done) {
-      it = watched_.erase(it);
-    } else if (now > it->deadline) {
+    if (!overdue.empty()) {
       end_job(fmt::format("rank {}: {} did not complete within dist.timeout_s = {} s: a rank "
                           "died or never joined; ending the job",
-                          error_rank(), it->what, timeout_s_));
-    } else {
-      ++it;
+                          error_rank(), overdue, timeout_s_));
     }
   }
 }
 
 void Watchdog::end_job(const std::string& message) {
   log::error("{}", message);
+  // Should aborting hang (NCCL or MPI waiting on the stuck device), the rank still exits, and
+  // mpirun ends the others.
+  std::thread([] {
+    std::this_thread::sleep_for(kExitGrace);
+    std::_Exit(3);
+  }).detach();
   end_job_();
   std::abort();  // end_job_ must not return; if it does, this rank at least does not hang
 }
