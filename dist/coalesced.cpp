@@ -11,12 +11,9 @@ using Collective = std::function<std::unique_ptr<Work>(torch::Tensor flat)>;
 
 // Per dtype: flatten into one buffer, run `collective` on it, copy the result back.
 std::vector<std::unique_ptr<Work>> per_dtype(const std::vector<torch::Tensor>& tensors,
-                                             bool floating_only, const Collective& collective) {
+                                             const Collective& collective) {
   std::map<torch::ScalarType, std::vector<torch::Tensor>> by_dtype;
-  for (const torch::Tensor& tensor : tensors) {
-    if (floating_only && !tensor.is_floating_point()) continue;
-    by_dtype[tensor.scalar_type()].push_back(tensor);
-  }
+  for (const torch::Tensor& tensor : tensors) by_dtype[tensor.scalar_type()].push_back(tensor);
   std::vector<std::unique_ptr<Work>> works;
   torch::NoGradGuard no_grad;
   for (auto& [dtype, group] : by_dtype) {
@@ -39,13 +36,7 @@ std::vector<std::unique_ptr<Work>> per_dtype(const std::vector<torch::Tensor>& t
 std::vector<std::unique_ptr<Work>> broadcast_coalesced(Communicator& comm,
                                                        const std::vector<torch::Tensor>& tensors,
                                                        int root) {
-  return per_dtype(tensors, false, [&](torch::Tensor flat) { return comm.broadcast(flat, root); });
-}
-
-std::vector<std::unique_ptr<Work>> average_coalesced(Communicator& comm,
-                                                     const std::vector<torch::Tensor>& tensors) {
-  return per_dtype(tensors, true,
-                   [&](torch::Tensor flat) { return comm.all_reduce(flat, ReduceOp::kAverage); });
+  return per_dtype(tensors, [&](torch::Tensor flat) { return comm.broadcast(flat, root); });
 }
 
 }  // namespace dtrain::dist

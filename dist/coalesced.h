@@ -1,5 +1,5 @@
-// Collectives over many small tensors at once (initial weights, BatchNorm buffers): one
-// flattened copy and one collective per dtype instead of one collective per tensor.
+// A broadcast of many tensors at once (a model's initial weights and buffers): one flattened
+// copy and one collective per dtype instead of one collective per tensor.
 #pragma once
 
 #include "dist/comm/communicator.h"
@@ -14,9 +14,5 @@ namespace dtrain::dist {
 std::vector<std::unique_ptr<Work>> broadcast_coalesced(Communicator& comm,
                                                        const std::vector<torch::Tensor>& tensors,
                                                        int root);
-
-// Every floating-point tensor becomes its mean over the ranks; other dtypes are left alone.
-std::vector<std::unique_ptr<Work>> average_coalesced(Communicator& comm,
-                                                     const std::vector<torch::Tensor>& tensors);
 
 }  // namespace dtrain::dist

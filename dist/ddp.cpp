@@ -11,6 +11,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 namespace dtrain::dist {
@@ -19,16 +20,20 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-double total_ms(const std::vector<std::unique_ptr<Work>>& works) {
+using TimePoints = std::vector<std::shared_ptr<const TimePoint>>;
+
+double total_ms(const TimePoints& starts, const TimePoints& ends) {
   double ms = 0.0;
-  for (const auto& work : works) ms += work->started()->ms_until(*work->finished());
+  for (size_t i = 0; i < starts.size(); ++i) ms += starts[i]->ms_until(*ends[i]);
   return ms;
 }
 
 }  // namespace
 
 DdpStrategy::DdpStrategy(DdpOptions options, std::shared_ptr<Communicator> comm)
-    : options_(std::move(options)), comm_(std::move(comm)) {}
+    : options_(std::move(options)),
+      comm_(std::move(comm)),
+      poll_in_hooks_(comm_->device().is_cpu()) {}
 
 DdpStrategy::~DdpStrategy() {
   // The hooks call into this object; the model (and its accumulators) may outlive it.
@@ -48,6 +53,7 @@ void DdpStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_
     torch::NoGradGuard no_grad;
     broadcast_coalesced(*comm_, state, 0);
   }
+  flatten_buffers();
   optimizer_ = make_optimizer(params_);
 
   // Backward produces gradients roughly in reverse order of registration: the first guess.
@@ -86,6 +92,25 @@ void DdpStrategy::build_buckets(const BucketPlan& plan) {
   log::debug("ddp: {} parameters in {} buckets", params_.size(), buckets_.size());
 }
 
+void DdpStrategy::flatten_buffers() {
+  torch::NoGradGuard no_grad;
+  std::map<torch::ScalarType, std::vector<torch::Tensor>> by_dtype;
+  for (const torch::Tensor& buffer : buffers_) by_dtype[buffer.scalar_type()].push_back(buffer);
+  for (auto& [dtype, group] : by_dtype) {
+    int64_t numel = 0;
+    for (const torch::Tensor& buffer : group) numel += buffer.numel();
+    torch::Tensor flat = torch::empty({numel}, group.front().options());
+    int64_t offset = 0;
+    for (torch::Tensor& buffer : group) {
+      flat.narrow(0, offset, buffer.numel()).copy_(buffer.reshape({-1}));
+      // The module's own tensor now points into `flat`: BatchNorm updates it in place there.
+      buffer.set_(flat.storage(), offset, buffer.sizes(), buffer.contiguous().strides());
+      offset += buffer.numel();
+    }
+    flat_buffers_.push_back(flat);
+  }
+}
+
 void DdpStrategy::register_hooks() {
   for (size_t i = 0; i < params_.size(); ++i) {
     std::shared_ptr<torch::autograd::Node> accumulator =
@@ -108,12 +133,20 @@ void DdpStrategy::before_forward(int64_t step) {
 }
 
 void DdpStrategy::sync_buffers() {
-  if (options_.buffers == "local" || buffers_.empty()) return;
-  torch::NoGradGuard no_grad;
-  const auto works = options_.buffers == "broadcast" ? broadcast_coalesced(*comm_, buffers_, 0)
-                                                     : average_coalesced(*comm_, buffers_);
-  current_.buffer_ms += total_ms(works);
-  current_.buffer_collectives += static_cast<int64_t>(works.size());
+  if (options_.buffers == "local") return;
+  std::vector<std::unique_ptr<Work>> works;
+  for (torch::Tensor& flat : flat_buffers_) {
+    if (options_.buffers == "broadcast") {
+      works.push_back(comm_->broadcast(flat, 0));
+    } else if (flat.is_floating_point()) {  // counters such as num_batches_tracked agree anyway
+      works.push_back(comm_->all_reduce(flat, ReduceOp::kAverage));
+    }
+  }
+  for (auto& work : works) {
+    work->wait();
+    current_.buffer_starts.push_back(work->started());
+    current_.buffer_ends.push_back(work->finished());
+  }
 }
 
 void DdpStrategy::before_eval() { sync_buffers(); }
@@ -139,8 +172,7 @@ void DdpStrategy::on_gradient_ready(int64_t index) {
   --buckets_[bucket_of_[index]].pending;
   if (options_.overlap) {
     launch_ready_buckets();
-    // MPI progresses non-blocking collectives only inside MPI calls: poll the one in flight.
-    if (next_bucket_ > 0 && buckets_[next_bucket_ - 1].work) buckets_[next_bucket_ - 1].work->test();
+    if (poll_in_hooks_ && next_bucket_ > 0) buckets_[next_bucket_ - 1].work->test();
   }
 }
 
@@ -219,17 +251,15 @@ void DdpStrategy::load(const std::string& dir) { load_optimizer(*optimizer_, dir
 std::optional<StepStats> DdpStrategy::stats() const {
   if (!last_.backward_end) return std::nullopt;
   StepStats stats;
-  double gradient_ms = 0.0;
-  for (size_t i = 0; i < last_.starts.size(); ++i) {
-    gradient_ms += last_.starts[i]->ms_until(*last_.ends[i]);
-  }
+  const double gradient_ms = total_ms(last_.starts, last_.ends);
+  const double buffer_ms = total_ms(last_.buffer_starts, last_.buffer_ends);
   stats.bytes = last_.bytes;
-  stats.collectives = static_cast<int64_t>(last_.starts.size()) + last_.buffer_collectives;
-  stats.comm_ms = gradient_ms + last_.buffer_ms;
+  stats.collectives = static_cast<int64_t>(last_.starts.size() + last_.buffer_starts.size());
+  stats.comm_ms = gradient_ms + buffer_ms;
   // What backward did not hide: from its end until the last bucket arrived; buffer syncs
   // block the forward, so they count whole.
   const double tail_ms = last_.ends.empty() ? 0.0 : last_.backward_end->ms_until(*last_.ends.back());
-  stats.exposed_ms = std::max(0.0, tail_ms) + last_.buffer_ms;
+  stats.exposed_ms = std::max(0.0, tail_ms) + buffer_ms;
   const double n = comm_->size();
   if (gradient_ms > 0.0) {
     stats.busbw_gbps = static_cast<double>(last_.bytes) / (gradient_ms * 1e-3) * 2.0 * (n - 1) / n / 1e9;

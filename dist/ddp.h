@@ -9,7 +9,8 @@
 //     last gradient arrived starts its all-reduce (average) at once, in bucket order on every
 //     rank, overlapping the rest of backward (`dist.ddp.overlap`).
 //   - Gradient accumulation reduces only on the last micro-step.
-//   - BatchNorm buffers follow `dist.ddp.buffers`.
+//   - BatchNorm buffers follow `dist.ddp.buffers`; they are moved into one flat tensor per
+//     dtype at attach(), so each sync is one collective without copies.
 #pragma once
 
 #include "dist/buckets.h"
@@ -54,12 +55,13 @@ class DdpStrategy : public Strategy {
   struct StepRecord {
     std::shared_ptr<const TimePoint> backward_end;
     std::vector<std::shared_ptr<const TimePoint>> starts, ends;  // buckets, in launch order
-    double buffer_ms = 0.0;
-    int64_t buffer_collectives = 0;
+    // Buffer syncs. Timings are read only in stats(): reading them waits for the device.
+    std::vector<std::shared_ptr<const TimePoint>> buffer_starts, buffer_ends;
     int64_t bytes = 0;
   };
 
   void build_buckets(const BucketPlan& plan);
+  void flatten_buffers();
   void register_hooks();
   void on_gradient_ready(int64_t index);
   void launch_ready_buckets();
@@ -71,6 +73,9 @@ class DdpStrategy : public Strategy {
   std::vector<torch::Tensor> params_;
   std::vector<std::string> names_;
   std::vector<torch::Tensor> buffers_;
+  // The buffers live in one flat tensor per dtype, so a sync is one collective each, no copies.
+  std::vector<torch::Tensor> flat_buffers_;
+  bool poll_in_hooks_ = false;  // MPI progresses a collective only inside MPI calls
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
 
   BucketPlan plan_;

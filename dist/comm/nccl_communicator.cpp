@@ -111,6 +111,7 @@ class NcclCommunicator : public Communicator {
   torch::Device device() const override { return torch::Device(torch::kCUDA, device_); }
 
   std::shared_ptr<const TimePoint> now() override {
+    c10::cuda::CUDAGuard guard(device_);  // the null (default) stream is the current device's
     auto event = std::make_shared<CudaEvent>(device_, cudaEventDefault);
     event->record(c10::cuda::getCurrentCUDAStream(device_).stream());
     return std::make_shared<CudaTimePoint>(std::move(event));

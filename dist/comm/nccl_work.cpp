@@ -60,6 +60,8 @@ const std::shared_ptr<CudaEvent>& LaunchEvents::finished() const {
 
 void NcclWork::wait() {
   launch();
+  // PyTorch's default stream is CUDA's null stream, which means the *current* device's.
+  c10::cuda::CUDAGuard guard(device_);
   DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(device_).stream(),
                                         events_->finished()->get(), 0));
 }
