@@ -105,6 +105,8 @@ std::vector<ConfigKey> config_keys(Config& c) {
       option("train.epochs", &c.train.epochs, "epochs to train"),
       option("train.max_steps", &c.train.max_steps, "stop after this many steps (0: all epochs)"),
       option("train.grad_accum", &c.train.grad_accum, "micro-steps accumulated per optimizer step"),
+      option("train.label_smoothing", &c.train.label_smoothing,
+           "training loss against (1 - e) one-hot + e uniform targets; 0 = off"),
       option("train.precision", &c.train.precision,
            "\"fp32\", or autocast \"bf16\" / \"fp16\" (CUDA; fp16 with loss scaling)"),
       option("train.channels_last", &c.train.channels_last,

@@ -22,6 +22,7 @@ FieldErrors TrainOptions::validate() const {
   check_at_least<int64_t>(errors, "epochs", epochs, 1);
   check_at_least<int64_t>(errors, "max_steps", max_steps, 0);
   check_range<int64_t>(errors, "grad_accum", grad_accum, 1, 4096);
+  check_range(errors, "label_smoothing", label_smoothing, 0.0, 0.99);
   check_one_of(errors, "precision", precision, {"fp32", "bf16", "fp16"});
   check_at_least<int64_t>(errors, "eval_every", eval_every, 0);
   check_at_least<int64_t>(errors, "checkpoint_every", checkpoint_every, 0);

@@ -35,6 +35,9 @@ struct TrainOptions {
   int64_t max_steps = 0;
   // Micro-steps accumulated into one optimizer step.
   int64_t grad_accum = 1;
+  // Cross-entropy against (1 - e) one-hot + e uniform targets (Szegedy et al. 2016); the
+  // reported test loss stays the plain cross-entropy.
+  double label_smoothing = 0.0;
   // "fp32", or autocast "bf16" / "fp16" (CUDA; fp16 with dynamic loss scaling).
   std::string precision = "fp32";
   // NHWC activations and weights (CUDA convolutions run faster).

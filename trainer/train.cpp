@@ -93,8 +93,10 @@ class Trainer {
       torch::Tensor loss;
       {
         AutocastScope autocast(config_.train.precision);
-        loss = torch::nn::functional::cross_entropy(s_.model->forward(batch.images),
-                                                    batch.labels);
+        loss = torch::nn::functional::cross_entropy(
+            s_.model->forward(batch.images), batch.labels,
+            torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(
+                config_.train.label_smoothing));
       }
       loss = loss / static_cast<double>(accum);
       s_.strategy->before_backward(micro + 1 == accum);

@@ -88,12 +88,14 @@ batch_size = 0
 name = "resnet51"
 [train]
 precision = "fp8"
+label_smoothing = 1.0
 )");
   const std::vector<std::string> problems = problems_of(path);
-  REQUIRE(problems.size() == 3);
-  CHECK(problems[0] == path + ":6: train.precision: \"fp8\" is not one of: fp32, bf16, fp16");
-  CHECK(contains(problems[1], path + ":4: model.name: \"resnet51\" is not one of"));
-  CHECK(problems[2] == path + ":2: data.batch_size: 0 is below the minimum 1");
+  REQUIRE(problems.size() == 4);
+  CHECK(problems[0] == path + ":7: train.label_smoothing: 1 is outside [0, 0.99]");
+  CHECK(problems[1] == path + ":6: train.precision: \"fp8\" is not one of: fp32, bf16, fp16");
+  CHECK(contains(problems[2], path + ":4: model.name: \"resnet51\" is not one of"));
+  CHECK(problems[3] == path + ":2: data.batch_size: 0 is below the minimum 1");
 }
 
 TEST_CASE("autocast precisions are rejected on a CPU run", "[config]") {
