@@ -1,0 +1,86 @@
+// Optimizer step time against the memory-bandwidth floor, on ResNet-50's parameters (25.6 M,
+// fp32, with random gradients): SGD with momentum, LARS and LAMB as the trainer builds them
+// (optim::make_optimizer, default parameter groups).
+//   usage: build/bench_optim [cuda|cpu] [steps]      (default: cuda when available, 50 steps)
+// The floor is the bytes an update must move over the copy bandwidth of the same device,
+// measured in the same run (a 1 GiB tensor copy on a GPU, 256 MiB on a CPU, counting its read
+// and its write). Bytes per parameter, fp32: SGD reads w, g, m and writes w, m (20 B). LARS must
+// know ||w|| and ||g|| before it updates, so it also reads w and g once more (28 B). LAMB reads
+// g, m, v and writes m, v, reads w for ||w|| and ||u|| (u comes from m, v, w), then reads w, m,
+// v and writes w (40 B).
+#include "models/registry.h"
+#include "optim/optimizer.h"
+
+#include <fmt/format.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <string>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void synchronize(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize();
+}
+
+// Median-free and simple: the mean of `steps` calls after `warmup` untimed ones.
+template <typename Fn>
+double mean_ms(const torch::Device& device, int warmup, int steps, Fn&& fn) {
+  for (int i = 0; i < warmup; ++i) fn();
+  synchronize(device);
+  const auto start = Clock::now();
+  for (int i = 0; i < steps; ++i) fn();
+  synchronize(device);
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count() / steps;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string requested = argc > 1 ? argv[1] : (torch::cuda::is_available() ? "cuda" : "cpu");
+  const int steps = argc > 2 ? std::stoi(argv[2]) : 50;
+  const torch::Device device = requested == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::kCPU;
+  torch::NoGradGuard no_grad;
+
+  const int64_t copy_bytes = device.is_cuda() ? (1LL << 30) : (256LL << 20);
+  torch::Tensor source = torch::rand({copy_bytes / 4}, torch::device(device));
+  torch::Tensor target = torch::empty_like(source);
+  const double copy_ms = mean_ms(device, 3, 10, [&] { target.copy_(source); });
+  const double bandwidth = 2.0 * copy_bytes / (copy_ms * 1e-3);  // bytes per second
+  source = target = torch::Tensor();
+
+  dtrain::models::ModelOptions model_options;
+  model_options.name = "resnet50";
+  auto model = dtrain::models::make_model(model_options, {3, 224, 224}, 1000);
+  model->to(device);
+  std::vector<torch::Tensor> params = model->parameters();
+  int64_t numel = 0;
+  for (torch::Tensor& param : params) {
+    param.mutable_grad() = torch::randn_like(param) * 1e-3;
+    numel += param.numel();
+  }
+  fmt::print("{}: copy bandwidth {:.0f} GB/s; ResNet-50, {} tensors, {:.1f} M parameters\n",
+             device.str(), bandwidth / 1e9, params.size(), numel / 1e6);
+  fmt::print("{:>6} {:>10} {:>10} {:>8}\n", "optim", "step ms", "floor ms", "floor/step");
+
+  struct Case {
+    const char* name;
+    double bytes_per_param;
+  };
+  for (const Case& c : {Case{"sgd", 20.0}, Case{"lars", 28.0}, Case{"lamb", 40.0}}) {
+    dtrain::optim::OptimizerOptions options;
+    options.name = c.name;
+    options.lr = c.name == std::string("lamb") ? 1e-3 : 0.1;
+    options.decay_norm_and_bias = false;
+    // Fresh weights per optimizer would not change the traffic; the step runs in place.
+    auto optimizer = dtrain::optim::make_optimizer(options, params);
+    const double step_ms = mean_ms(device, 5, steps, [&] { optimizer->step(); });
+    const double floor_ms = c.bytes_per_param * numel / bandwidth * 1e3;
+    fmt::print("{:>6} {:>10.3f} {:>10.3f} {:>8.2f}\n", c.name, step_ms, floor_ms,
+               floor_ms / step_ms);
+  }
+  return 0;
+}
