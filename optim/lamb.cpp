@@ -1,8 +1,10 @@
 #include "optim/lamb.h"
 
+#include "optim/multi_tensor.h"
 #include "optim/state_key.h"
 
 #include <torch/optim/serialize.h>
+#include <torch/version.h>
 
 #include <cmath>
 
@@ -43,6 +45,21 @@ void LambParamState::serialize(torch::serialize::OutputArchive& archive) const {
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(exp_avg);
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(exp_avg_sq);
 }
+
+namespace {
+
+// grads * clip, clip a 0-d tensor on their device. LibTorch 2.x multiplies a list by one tensor
+// in a single multi-tensor launch; 1.x (Debian's) only by a list of them, one kernel each.
+std::vector<torch::Tensor> clipped(const std::vector<torch::Tensor>& grads,
+                                   const torch::Tensor& clip) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::_foreach_mul(grads, clip);
+#else
+  return at::_foreach_mul(grads, std::vector<torch::Tensor>(grads.size(), clip));
+#endif
+}
+
+}  // namespace
 
 torch::Tensor Lamb::clip_factor() {
   const double max_norm = static_cast<const LambOptions&>(defaults()).max_grad_norm();
@@ -91,7 +108,7 @@ torch::Tensor Lamb::step(LossClosure closure) {
     std::vector<torch::Tensor> updates;
     if (!params.empty()) {
       if (clip.defined()) {
-        grads = at::_foreach_mul(grads, std::vector<torch::Tensor>(grads.size(), clip));
+        grads = clipped(grads, clip);
       }
       at::_foreach_mul_(exp_avgs, options.beta1());
       at::_foreach_add_(exp_avgs, grads, 1.0 - options.beta1());
@@ -112,8 +129,7 @@ torch::Tensor Lamb::step(LossClosure closure) {
       const TrustRatioArgs args{1.0, 0.0, options.trust_eps(), options.max_trust_ratio()};
       const torch::Tensor ratios = trust_ratios(params, updates, norm_reducer_, args);
       if (params.empty()) continue;
-      scale_each_(updates, ratios.mul(-options.lr()));
-      at::_foreach_add_(params, updates);
+      add_scaled_(params, updates, ratios, -options.lr());
     } else if (!params.empty()) {
       at::_foreach_add_(params, updates, -options.lr());
     }

@@ -1,5 +1,6 @@
 #include "optim/lars.h"
 
+#include "optim/multi_tensor.h"
 #include "optim/state_key.h"
 
 #include <torch/optim/serialize.h>
@@ -57,21 +58,12 @@ torch::Tensor Lars::step(LossClosure closure) {
       step_sizes = trust_ratios(params, grads, norm_reducer_, args).mul_(options.lr());
     }
     if (params.empty()) continue;
-    // d = lr * ratio * (g + wd * w), out of place: the .grad tensors keep the raw gradients.
-    std::vector<torch::Tensor> steps;
-    if (options.weight_decay() != 0.0) {
-      steps = at::_foreach_add(grads, params, options.weight_decay());
-      if (options.adapt()) {
-        scale_each_(steps, step_sizes);
-      } else {
-        at::_foreach_mul_(steps, options.lr());
-      }
-    } else {
-      steps = options.adapt() ? at::_foreach_mul(grads, step_sizes.unbind(0))
-                              : at::_foreach_mul(grads, options.lr());
+    if (!options.adapt()) {
+      step_sizes = torch::full({static_cast<int64_t>(params.size())}, options.lr(),
+                               params.front().options());
     }
+    std::vector<torch::Tensor> buffers;
     if (options.momentum() != 0.0) {
-      std::vector<torch::Tensor> buffers;
       for (const auto& param : params) {
         auto& state = param_state<LarsParamState>(state_, param, [&] {
           auto fresh = std::make_unique<LarsParamState>();
@@ -80,11 +72,8 @@ torch::Tensor Lars::step(LossClosure closure) {
         });
         buffers.push_back(state.momentum_buffer());
       }
-      at::_foreach_mul_(buffers, options.momentum());
-      at::_foreach_add_(buffers, steps);
-      steps = std::move(buffers);
     }
-    at::_foreach_add_(params, steps, -1.0);
+    lars_update_(params, grads, buffers, step_sizes, options.weight_decay(), options.momentum());
   }
   return loss;
 }

@@ -24,9 +24,4 @@ torch::Tensor trust_ratios(const std::vector<torch::Tensor>& params,
   return ratio;
 }
 
-void scale_each_(const std::vector<torch::Tensor>& tensors, const torch::Tensor& factors) {
-  // 0-d views of `factors`; the list form broadcasts each over its tensor.
-  at::_foreach_mul_(tensors, factors.unbind(0));
-}
-
 }  // namespace dtrain::optim

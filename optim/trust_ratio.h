@@ -45,7 +45,4 @@ torch::Tensor trust_ratios(const std::vector<torch::Tensor>& params,
                            const std::vector<torch::Tensor>& updates, const NormReducer& reducer,
                            const TrustRatioArgs& args);
 
-// Multiplies each tensor of `tensors` in place by the matching entry of the 1-D `factors`.
-void scale_each_(const std::vector<torch::Tensor>& tensors, const torch::Tensor& factors);
-
 }  // namespace dtrain::optim

@@ -11,8 +11,10 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
 #include <sstream>
+#include <string>
 #include <vector>
 
 namespace golden {
@@ -44,10 +46,19 @@ inline double grad_of(const Layout& layout, size_t i, double w, int step) {
   return layout.curvature[i] * w + layout.wiggle[i] * std::cos(w + static_cast<double>(step));
 }
 
+// The device of the tensors under test: the CPU, or the GPU when DTRAIN_TEST_DEVICE=cuda (the
+// optim.*_cuda tests in tests/CMakeLists.txt), where LARS and LAMB run multi-tensor kernels.
+inline torch::Device device() {
+  const char* requested = std::getenv("DTRAIN_TEST_DEVICE");
+  return requested && std::string(requested) == "cuda" ? torch::Device(torch::kCUDA, 0)
+                                                       : torch::Device(torch::kCPU);
+}
+
 inline std::vector<torch::Tensor> to_tensors(const Layout& layout, const std::vector<Flat>& v) {
   std::vector<torch::Tensor> tensors;
   for (size_t i = 0; i < v.size(); ++i) {
-    tensors.push_back(torch::tensor(v[i], torch::kFloat64).reshape(layout.shapes[i]));
+    tensors.push_back(
+        torch::tensor(v[i], torch::kFloat64).reshape(layout.shapes[i]).to(device()));
     tensors.back().requires_grad_(true);
   }
   return tensors;
