@@ -4,9 +4,7 @@
 #include "optim/state_key.h"
 
 #include <torch/optim/serialize.h>
-#include <torch/version.h>
 
-#include <cmath>
 
 namespace dtrain::optim {
 
@@ -46,21 +44,6 @@ void LambParamState::serialize(torch::serialize::OutputArchive& archive) const {
   _TORCH_OPTIM_SERIALIZE_TORCH_ARG(exp_avg_sq);
 }
 
-namespace {
-
-// grads * clip, clip a 0-d tensor on their device. LibTorch 2.x multiplies a list by one tensor
-// in a single multi-tensor launch; 1.x (Debian's) only by a list of them, one kernel each.
-std::vector<torch::Tensor> clipped(const std::vector<torch::Tensor>& grads,
-                                   const torch::Tensor& clip) {
-#if TORCH_VERSION_MAJOR >= 2
-  return at::_foreach_mul(grads, clip);
-#else
-  return at::_foreach_mul(grads, std::vector<torch::Tensor>(grads.size(), clip));
-#endif
-}
-
-}  // namespace
-
 torch::Tensor Lamb::clip_factor() {
   const double max_norm = static_cast<const LambOptions&>(defaults()).max_grad_norm();
   if (max_norm <= 0.0) return {};
@@ -87,7 +70,7 @@ torch::Tensor Lamb::step(LossClosure closure) {
   for (auto& group : param_groups_) {
     const auto& options = static_cast<const LambOptions&>(group.options());
     std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
-    std::vector<at::Scalar> bias1, sqrt_bias2;  // 1 - b1^t and sqrt(1 - b2^t), per tensor
+    std::vector<int64_t> steps;
     for (const torch::Tensor& param : group.params()) {
       if (!param.grad().defined()) continue;
       auto& state = param_state<LambParamState>(state_, param, [&] {
@@ -97,33 +80,16 @@ torch::Tensor Lamb::step(LossClosure closure) {
         return fresh;
       });
       state.step(state.step() + 1);
-      const auto t = static_cast<double>(state.step());
       params.push_back(param);
       grads.push_back(param.grad());
       exp_avgs.push_back(state.exp_avg());
       exp_avg_sqs.push_back(state.exp_avg_sq());
-      bias1.push_back(1.0 - std::pow(options.beta1(), t));
-      sqrt_bias2.push_back(std::sqrt(1.0 - std::pow(options.beta2(), t)));
+      steps.push_back(state.step());
     }
-    std::vector<torch::Tensor> updates;
-    if (!params.empty()) {
-      if (clip.defined()) {
-        grads = clipped(grads, clip);
-      }
-      at::_foreach_mul_(exp_avgs, options.beta1());
-      at::_foreach_add_(exp_avgs, grads, 1.0 - options.beta1());
-      at::_foreach_mul_(exp_avg_sqs, options.beta2());
-      at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1.0 - options.beta2());
-      // r = (m / bias1) / (sqrt(v) / sqrt_bias2 + eps) + wd * w
-      std::vector<torch::Tensor> denominators = at::_foreach_sqrt(exp_avg_sqs);
-      at::_foreach_div_(denominators, sqrt_bias2);
-      at::_foreach_add_(denominators, options.eps());
-      updates = at::_foreach_div(exp_avgs, denominators);
-      at::_foreach_div_(updates, bias1);
-      if (options.weight_decay() != 0.0) {
-        at::_foreach_add_(updates, params, options.weight_decay());
-      }
-    }
+    const LambDirectionArgs direction{options.beta1(), options.beta2(), options.eps(),
+                                      options.weight_decay()};
+    const std::vector<torch::Tensor> updates =
+        lamb_directions(params, grads, exp_avgs, exp_avg_sqs, steps, clip, direction);
     if (options.adapt()) {
       // The reducer runs even for an empty shard, so collectives stay matched.
       const TrustRatioArgs args{1.0, 0.0, options.trust_eps(), options.max_trust_ratio()};

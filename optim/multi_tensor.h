@@ -1,5 +1,5 @@
-// Per-tensor scaled updates over a whole parameter group: the last step of LARS and LAMB, where
-// every tensor i is scaled by its own trust ratio. ATen's list ops take a per-tensor factor only
+// The update steps of LARS and LAMB over a whole parameter group, where every tensor i is
+// scaled by its own trust ratio, and LAMB's Adam direction in one pass. ATen's list ops take a per-tensor factor only
 // as a host scalar (a device-to-host sync) or as one 0-d tensor per entry (one kernel per
 // tensor), so on CUDA these run as chunked multi-tensor kernels (optim/multi_tensor_cuda.cu, in
 // the manner of apex's multi_tensor_apply): a handful of launches for a ResNet-50, no sync.
@@ -27,7 +27,27 @@ void lars_update_(const std::vector<torch::Tensor>& params, const std::vector<to
                   const std::vector<torch::Tensor>& buffers, const torch::Tensor& factors,
                   double weight_decay, double momentum);
 
-// Whether add_scaled_ and lars_update_ on `device` run as multi-tensor kernels (for benchmarks
+struct LambDirectionArgs {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-6;
+  double weight_decay = 0.0;
+};
+
+// LAMB's direction before the trust ratio (Adam moments with bias correction, plus decay),
+// updating the moments in place and returning u, laid out as the weights:
+//   g' = clip * g (clip: a 0-d tensor on the device, or undefined for none)
+//   m = beta1 m + (1 - beta1) g';  v = beta2 v + (1 - beta2) g'^2
+//   u = (m / (1 - beta1^t)) / (sqrt(v) / sqrt(1 - beta2^t) + eps) + weight_decay * w
+// t: steps[i], the tensor's own step count (one kernel pass when they are all equal).
+std::vector<torch::Tensor> lamb_directions(const std::vector<torch::Tensor>& params,
+                                           const std::vector<torch::Tensor>& grads,
+                                           const std::vector<torch::Tensor>& exp_avgs,
+                                           const std::vector<torch::Tensor>& exp_avg_sqs,
+                                           const std::vector<int64_t>& steps,
+                                           const torch::Tensor& clip, const LambDirectionArgs& args);
+
+// Whether add_scaled_, lars_update_ and lamb_directions on `device` run as multi-tensor kernels (for benchmarks
 // and logs).
 bool has_multi_tensor_kernels(const torch::Device& device);
 

@@ -1,7 +1,7 @@
 // Chunked multi-tensor kernels (the scheme of apex's multi_tensor_apply): a launch covers up to
-// kMaxTensors tensors and kMaxBlocks chunks of kChunk elements, each block one chunk, with the
-// tensor addresses passed by value in the kernel's parameters (under the 4 KiB limit). A
-// ResNet-50 (161 tensors, 25.6 M parameters) takes 3-4 launches instead of one per tensor.
+// kMaxTensors<Depth> tensors and kMaxBlocks chunks of kChunk elements, each block one chunk,
+// with the tensor addresses passed by value in the kernel's parameters (under the classic 4 KiB
+// limit). A ResNet-50 (161 tensors, 25.6 M parameters) takes 3-5 launches instead of 161.
 // Arithmetic is in the op-math type (fp32 for 16-bit tensors) with per-tensor factors read on
 // the device.
 #include "optim/multi_tensor_cuda.h"
@@ -17,7 +17,9 @@
 namespace dtrain::optim::cuda {
 namespace {
 
-constexpr int kMaxTensors = 64;
+// Depth: the number of tensor lists an op reads or writes.
+template <int Depth>
+constexpr int kMaxTensors = Depth <= 3 ? 64 : 40;
 constexpr int kMaxBlocks = 192;
 constexpr int64_t kChunk = 1 << 16;
 constexpr int kThreads = 512;
@@ -25,13 +27,15 @@ constexpr int kThreads = 512;
 // Tensor t of this launch is entry first_factor + t of the factors.
 template <int Depth>
 struct Batch {
-  void* data[Depth][kMaxTensors];
-  int64_t numel[kMaxTensors];
+  void* data[Depth][kMaxTensors<Depth>];
+  int64_t numel[kMaxTensors<Depth>];
   int64_t first_factor;
   uint8_t tensor_of_block[kMaxBlocks];
   int32_t chunk_of_block[kMaxBlocks];
 };
-static_assert(sizeof(Batch<3>) < 4096, "kernel parameters are limited to 4 KiB");
+// With the op's few scalars and the factor pointer beside it.
+static_assert(sizeof(Batch<3>) < 4096 - 128 && sizeof(Batch<5>) < 4096 - 128,
+              "kernel parameters are limited to 4 KiB");
 
 template <int Depth, typename T, typename Op>
 __global__ void __launch_bounds__(kThreads)
@@ -74,7 +78,7 @@ void multi_tensor_apply(const std::array<const std::vector<at::Tensor>*, Depth>&
     ++tensors;
   };
   for (size_t i = 0; i < lead.size(); ++i) {
-    if (tensors == kMaxTensors) flush();
+    if (tensors == kMaxTensors<Depth>) flush();
     add_tensor(i);
     const int64_t chunks = (lead[i].numel() + kChunk - 1) / kChunk;
     for (int64_t c = 0; c < chunks; ++c) {
@@ -116,6 +120,23 @@ struct LarsStep {
   }
 };
 
+// data: w, g, m, v, u; factor: the clip factor of g.
+template <typename T>
+struct LambDirection {
+  using Math = at::opmath_type<T>;
+  Math beta1, beta2, eps, weight_decay, bias1, sqrt_bias2;
+  __device__ void operator()(T* const* data, int64_t k, Math factor) const {
+    const Math g = factor * static_cast<Math>(data[1][k]);
+    const Math m = beta1 * static_cast<Math>(data[2][k]) + (1 - beta1) * g;
+    const Math v = beta2 * static_cast<Math>(data[3][k]) + (1 - beta2) * g * g;
+    data[2][k] = static_cast<T>(m);
+    data[3][k] = static_cast<T>(v);
+    const Math denominator = ::sqrt(v) / sqrt_bias2 + eps;
+    data[4][k] = static_cast<T>(m / denominator / bias1 +
+                                weight_decay * static_cast<Math>(data[0][k]));
+  }
+};
+
 }  // namespace
 
 void add_scaled_(const std::vector<at::Tensor>& targets, const std::vector<at::Tensor>& sources,
@@ -144,6 +165,23 @@ void lars_update_(const std::vector<at::Tensor>& params, const std::vector<at::T
           multi_tensor_apply<3, scalar_t>({&params, &grads, &buffers}, factors,
                                           LarsStep<scalar_t, true>{wd, mu});
         }
+      });
+}
+
+void lamb_directions_(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                      const std::vector<at::Tensor>& exp_avgs,
+                      const std::vector<at::Tensor>& exp_avg_sqs,
+                      const std::vector<at::Tensor>& updates, const at::Tensor& clip_factors,
+                      const LambScalars& scalars) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, params.front().scalar_type(), "lamb_directions_", [&] {
+        using Math = at::opmath_type<scalar_t>;
+        const LambDirection<scalar_t> op{
+            static_cast<Math>(scalars.beta1),  static_cast<Math>(scalars.beta2),
+            static_cast<Math>(scalars.eps),    static_cast<Math>(scalars.weight_decay),
+            static_cast<Math>(scalars.bias1),  static_cast<Math>(scalars.sqrt_bias2)};
+        multi_tensor_apply<5, scalar_t>({&params, &grads, &exp_avgs, &exp_avg_sqs, &updates},
+                                        clip_factors, op);
       });
 }
 

@@ -18,4 +18,16 @@ void lars_update_(const std::vector<at::Tensor>& params, const std::vector<at::T
                   const std::vector<at::Tensor>& buffers, const at::Tensor& factors,
                   double weight_decay, double momentum);
 
+struct LambScalars {
+  double beta1, beta2, eps, weight_decay;
+  double bias1, sqrt_bias2;  // 1 - beta1^t and sqrt(1 - beta2^t), one t for every tensor
+};
+
+// updates: allocated by the caller, laid out as params.
+void lamb_directions_(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                      const std::vector<at::Tensor>& exp_avgs,
+                      const std::vector<at::Tensor>& exp_avg_sqs,
+                      const std::vector<at::Tensor>& updates, const at::Tensor& clip_factors,
+                      const LambScalars& scalars);
+
 }  // namespace dtrain::optim::cuda
