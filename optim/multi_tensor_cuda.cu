@@ -20,7 +20,7 @@ namespace {
 // Depth: the number of tensor lists an op reads or writes.
 template <int Depth>
 constexpr int kMaxTensors = Depth <= 3 ? 64 : 40;
-constexpr int kMaxBlocks = 192;
+constexpr int kMaxBlocks = 320;
 constexpr int64_t kChunk = 1 << 16;
 constexpr int kThreads = 512;
 
@@ -37,16 +37,45 @@ struct Batch {
 static_assert(sizeof(Batch<3>) < 4096 - 128 && sizeof(Batch<5>) < 4096 - 128,
               "kernel parameters are limited to 4 KiB");
 
+// Each thread moves kIlp elements per iteration, all loads issued before any use: with one
+// element per thread, too few bytes are in flight to approach the memory bandwidth. An op
+// reads the lists in Op::kReads and writes those in Op::kWrites (bit d: list d), on values in
+// the op-math type.
+constexpr int kIlp = 4;
+
 template <int Depth, typename T, typename Op>
 __global__ void __launch_bounds__(kThreads)
     multi_tensor_kernel(Batch<Depth> batch, const at::opmath_type<T>* factors, Op op) {
+  using Math = at::opmath_type<T>;
   const int t = batch.tensor_of_block[blockIdx.x];
   const int64_t begin = static_cast<int64_t>(batch.chunk_of_block[blockIdx.x]) * kChunk;
   const int64_t end = begin + kChunk < batch.numel[t] ? begin + kChunk : batch.numel[t];
-  const at::opmath_type<T> factor = factors[batch.first_factor + t];
+  const Math factor = factors[batch.first_factor + t];
   T* data[Depth];
+#pragma unroll
   for (int d = 0; d < Depth; ++d) data[d] = static_cast<T*>(batch.data[d][t]);
-  for (int64_t k = begin + threadIdx.x; k < end; k += kThreads) op(data, k, factor);
+  for (int64_t base = begin + threadIdx.x; base < end; base += kThreads * kIlp) {
+    Math values[kIlp][Depth];
+#pragma unroll
+    for (int j = 0; j < kIlp; ++j) {
+      const int64_t k = base + j * kThreads;
+#pragma unroll
+      for (int d = 0; d < Depth; ++d) {
+        values[j][d] = ((Op::kReads >> d) & 1) && k < end ? static_cast<Math>(data[d][k]) : Math(0);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kIlp; ++j) op(values[j], factor);
+#pragma unroll
+    for (int j = 0; j < kIlp; ++j) {
+      const int64_t k = base + j * kThreads;
+      if (k >= end) continue;
+#pragma unroll
+      for (int d = 0; d < Depth; ++d) {
+        if ((Op::kWrites >> d) & 1) data[d][k] = static_cast<T>(values[j][d]);
+      }
+    }
+  }
 }
 
 // Runs `op` over every element of the tuples (lists[0][i], ..., lists[Depth-1][i]).
@@ -93,47 +122,50 @@ void multi_tensor_apply(const std::array<const std::vector<at::Tensor>*, Depth>&
   flush();
 }
 
+// values: y, x.
 template <typename T>
 struct AddScaled {
   using Math = at::opmath_type<T>;
+  static constexpr int kReads = 0b11;
+  static constexpr int kWrites = 0b01;
   Math alpha;
-  __device__ void operator()(T* const* data, int64_t k, Math factor) const {
-    data[0][k] = static_cast<T>(static_cast<Math>(data[0][k]) +
-                                alpha * factor * static_cast<Math>(data[1][k]));
+  __device__ void operator()(Math (&values)[2], Math factor) const {
+    values[0] += alpha * factor * values[1];
   }
 };
 
-// data: w, g[, v].
+// values: w, g[, v].
 template <typename T, bool kMomentum>
 struct LarsStep {
   using Math = at::opmath_type<T>;
+  static constexpr int kReads = kMomentum ? 0b111 : 0b11;
+  static constexpr int kWrites = kMomentum ? 0b101 : 0b01;
   Math weight_decay;
   Math momentum;
-  __device__ void operator()(T* const* data, int64_t k, Math factor) const {
-    const Math w = static_cast<Math>(data[0][k]);
-    Math step = factor * (static_cast<Math>(data[1][k]) + weight_decay * w);
+  template <int Depth>
+  __device__ void operator()(Math (&values)[Depth], Math factor) const {
+    Math step = factor * (values[1] + weight_decay * values[0]);
     if constexpr (kMomentum) {
-      step = momentum * static_cast<Math>(data[2][k]) + step;
-      data[2][k] = static_cast<T>(step);
+      step = momentum * values[2] + step;
+      values[2] = step;
     }
-    data[0][k] = static_cast<T>(w - step);
+    values[0] -= step;
   }
 };
 
-// data: w, g, m, v, u; factor: the clip factor of g.
+// values: w, g, m, v, u (written only); factor: the clip factor of g.
 template <typename T>
 struct LambDirection {
   using Math = at::opmath_type<T>;
+  static constexpr int kReads = 0b01111;
+  static constexpr int kWrites = 0b11100;
   Math beta1, beta2, eps, weight_decay, bias1, sqrt_bias2;
-  __device__ void operator()(T* const* data, int64_t k, Math factor) const {
-    const Math g = factor * static_cast<Math>(data[1][k]);
-    const Math m = beta1 * static_cast<Math>(data[2][k]) + (1 - beta1) * g;
-    const Math v = beta2 * static_cast<Math>(data[3][k]) + (1 - beta2) * g * g;
-    data[2][k] = static_cast<T>(m);
-    data[3][k] = static_cast<T>(v);
-    const Math denominator = ::sqrt(v) / sqrt_bias2 + eps;
-    data[4][k] = static_cast<T>(m / denominator / bias1 +
-                                weight_decay * static_cast<Math>(data[0][k]));
+  __device__ void operator()(Math (&values)[5], Math factor) const {
+    const Math g = factor * values[1];
+    values[2] = beta1 * values[2] + (1 - beta1) * g;
+    values[3] = beta2 * values[3] + (1 - beta2) * g * g;
+    const Math denominator = ::sqrt(values[3]) / sqrt_bias2 + eps;
+    values[4] = values[2] / denominator / bias1 + weight_decay * values[0];
   }
 };
 
