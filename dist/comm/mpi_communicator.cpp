@@ -2,13 +2,13 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "dist/comm/progress_channel.h"
 
 #include <fmt/format.h>
 #include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
 #include <cstdlib>
 #include <functional>
 #include <thread>
@@ -58,83 +58,6 @@ class HostTimePoint : public TimePoint {
 };
 
 std::shared_ptr<const TimePoint> host_now() { return std::make_shared<HostTimePoint>(Clock::now()); }
-
-// The side channel that names missing ranks when a collective times out. Every rank that
-// waits answers "how far are you?" queries with the sequence number it has issued; a rank
-// that is dead, or busy outside this communicator, does not answer.
-class ProgressChannel {
- public:
-  explicit ProgressChannel(MPI_Comm comm) {
-    DTRAIN_MPI_CHECK(MPI_Comm_dup(comm, &side_));
-    MPI_Comm_rank(side_, &rank_);
-    MPI_Comm_size(side_, &size_);
-  }
-  ~ProgressChannel() { MPI_Comm_free(&side_); }
-
-  int64_t issued = 0;  // collectives issued on the communicator, named in timeouts
-
-  // Answers every pending query; called while waiting.
-  void answer_queries() {
-    for (;;) {
-      int pending = 0;
-      MPI_Status status;
-      MPI_Iprobe(MPI_ANY_SOURCE, kQueryTag, side_, &pending, &status);
-      if (!pending) return;
-      int64_t asked = 0;
-      MPI_Recv(&asked, 1, MPI_INT64_T, status.MPI_SOURCE, kQueryTag, side_, MPI_STATUS_IGNORE);
-      answers_.push_back(issued);
-      MPI_Request request;
-      MPI_Isend(&answers_.back(), 1, MPI_INT64_T, status.MPI_SOURCE, kAnswerTag, side_, &request);
-      MPI_Request_free(&request);
-    }
-  }
-
-  // The ranks that have not issued collective `sequence` after a grace period: "2 (no
-  // answer)", "1 (at #4)".
-  std::string missing_ranks(int64_t sequence, double grace_s) {
-    std::vector<int64_t> reached(size_, -1);
-    reached[rank_] = issued;
-    const int64_t query = sequence;
-    for (int peer = 0; peer < size_; ++peer) {
-      if (peer == rank_) continue;
-      MPI_Request request;
-      MPI_Isend(&query, 1, MPI_INT64_T, peer, kQueryTag, side_, &request);
-      MPI_Request_free(&request);
-    }
-    const auto deadline = Clock::now() + std::chrono::duration<double>(grace_s);
-    int answered = 1;
-    while (answered < size_ && Clock::now() < deadline) {
-      answer_queries();
-      int pending = 0;
-      MPI_Status status;
-      MPI_Iprobe(MPI_ANY_SOURCE, kAnswerTag, side_, &pending, &status);
-      if (!pending) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        continue;
-      }
-      int64_t value = 0;
-      MPI_Recv(&value, 1, MPI_INT64_T, status.MPI_SOURCE, kAnswerTag, side_, MPI_STATUS_IGNORE);
-      if (reached[status.MPI_SOURCE] < 0) ++answered;
-      reached[status.MPI_SOURCE] = value;
-    }
-    std::string missing;
-    for (int peer = 0; peer < size_; ++peer) {
-      if (reached[peer] >= sequence) continue;
-      if (!missing.empty()) missing += ", ";
-      missing += reached[peer] < 0 ? fmt::format("{} (no answer)", peer)
-                                   : fmt::format("{} (at #{})", peer, reached[peer]);
-    }
-    return missing.empty() ? "none found" : missing;
-  }
-
- private:
-  static constexpr int kQueryTag = 1;
-  static constexpr int kAnswerTag = 2;
-  MPI_Comm side_;
-  int rank_ = 0;
-  int size_ = 1;
-  std::deque<int64_t> answers_;  // send buffers must outlive their freed requests
-};
 
 // One request in flight. wait() polls it until done or the deadline, then ends the job:
 // a rank that died or never joined must not leave the others waiting forever.
@@ -309,7 +232,7 @@ class MpiCommunicator : public Communicator {
 
   std::unique_ptr<Work> make_work(MPI_Request request, const std::string& op,
                                   const torch::Tensor& tensor, std::function<void()> on_done) {
-    const int64_t sequence = ++progress_->issued;
+    const int64_t sequence = progress_->next();
     const std::string what =
         tensor.defined() ? fmt::format("{} #{} ({} x {})", op, sequence, tensor.numel(),
                                        c10::toString(tensor.scalar_type()))
@@ -338,8 +261,11 @@ WorldInfo init_world() {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
+      // Multiple: an NCCL communicator's watchdog thread answers and asks "how far are you?"
+      // over MPI (progress_channel.h) while the main thread may be in MPI too. An MPI that
+      // offers less still runs; its NCCL timeouts then cannot name the missing ranks.
       int provided = 0;
-      DTRAIN_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided));
+      DTRAIN_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
       std::atexit(finalize_at_exit);
     }
     WorldInfo info;

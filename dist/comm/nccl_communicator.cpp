@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "dist/comm/mpi_communicator.h"
 #include "dist/comm/nccl_work.h"
+#include "dist/comm/progress_channel.h"
 #include "dist/comm/watchdog.h"
 
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -13,6 +14,7 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
@@ -64,18 +66,19 @@ class NcclCommunicator : public Communicator {
  public:
   // Creates the NCCL communicator with `create`, collective over its future members, bounded
   // by the watchdog under the name `what`.
+  // `progress`: the side channel over an MPI communicator with the same members and ranks.
   NcclCommunicator(c10::DeviceIndex device, double timeout_s, const std::string& what,
+                   std::unique_ptr<ProgressChannel> progress,
                    const std::function<ncclComm_t()>& create)
       : device_(device),
         timeout_s_(timeout_s),
         stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device)),
         ready_(device, cudaEventDisableTiming),
-        watchdog_(
-            timeout_s, [device] { DTRAIN_CUDA_CHECK(cudaSetDevice(device)); },
-            [this] { abort_job(); }) {
+        progress_(std::move(progress)),
+        watchdog_(timeout_s, watchdog_hooks()) {
     c10::cuda::CUDAGuard guard(device_);  // NCCL binds a communicator to the current device
     auto created = std::make_shared<std::atomic<bool>>(false);
-    watchdog_.watch(what, [created] { return created->load(); });
+    watchdog_.watch(what, 0, [created] { return created->load(); });
     comm_.store(create());
     created->store(true);
     DTRAIN_NCCL_CHECK(ncclCommUserRank(comm(), &rank_));
@@ -97,7 +100,8 @@ class NcclCommunicator : public Communicator {
     }
     ncclComm_t comm = comm_.exchange(nullptr);  // a timeout from here on only ends the job
     auto destroyed = std::make_shared<std::atomic<bool>>(false);
-    watchdog_.watch("destroying the NCCL communicator", [destroyed] { return destroyed->load(); });
+    watchdog_.watch("destroying the NCCL communicator", 0,
+                    [destroyed] { return destroyed->load(); });
     const ncclResult_t status = ncclCommDestroy(comm);
     destroyed->store(true);
     if (status != ncclSuccess) {
@@ -186,8 +190,10 @@ class NcclCommunicator : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override {
     DTRAIN_CHECK(color >= 0, "split: color must be non-negative, got {}", color);
     ncclComm_t parent = comm();
+    const int64_t sequence = progress_->next();
     return std::make_unique<NcclCommunicator>(
-        device_, timeout_s_, describe("split", torch::Tensor()), [parent, color, key] {
+        device_, timeout_s_, describe("split", sequence, torch::Tensor()),
+        progress_->split(color, key), [parent, color, key] {
           ncclComm_t child = nullptr;
           DTRAIN_NCCL_CHECK(ncclCommSplit(parent, color, key, &child, /*config=*/nullptr));
           return child;
@@ -201,6 +207,7 @@ class NcclCommunicator : public Communicator {
     int peer;
     bool is_send;
     std::string what;
+    int64_t sequence;
     std::shared_ptr<LaunchEvents> events;
   };
 
@@ -218,11 +225,27 @@ class NcclCommunicator : public Communicator {
   }
 
   // "all_reduce #7 (1024 x Float)": the name in timeouts, numbered in issue order.
-  std::string describe(const std::string& op, const torch::Tensor& tensor) {
-    ++sequence_;
-    return tensor.defined() ? fmt::format("{} #{} ({} x {})", op, sequence_, tensor.numel(),
+  static std::string describe(const std::string& op, int64_t sequence,
+                              const torch::Tensor& tensor) {
+    return tensor.defined() ? fmt::format("{} #{} ({} x {})", op, sequence, tensor.numel(),
                                           c10::toString(tensor.scalar_type()))
-                            : fmt::format("{} #{}", op, sequence_);
+                            : fmt::format("{} #{}", op, sequence);
+  }
+
+  // The watchdog answers the peers' progress queries and, at a timeout, asks them, where MPI
+  // lets its thread do so.
+  WatchdogHooks watchdog_hooks() {
+    WatchdogHooks hooks;
+    const c10::DeviceIndex device = device_;
+    hooks.on_thread_start = [device] { DTRAIN_CUDA_CHECK(cudaSetDevice(device)); };
+    hooks.end_job = [this] { abort_job(); };
+    if (mpi_threads_multiple()) {
+      hooks.on_poll = [this] { progress_->answer_queries(); };
+      hooks.missing_ranks = [this](int64_t sequence) {
+        return progress_->missing_ranks(sequence, std::min(2.0, timeout_s_));
+      };
+    }
+    return hooks;
   }
 
   std::unique_ptr<Work> collective(const std::string& op, const torch::Tensor& described,
@@ -230,7 +253,9 @@ class NcclCommunicator : public Communicator {
                                    const std::function<void(cudaStream_t)>& call) {
     auto events = std::make_shared<LaunchEvents>();
     // Watched before the launch: a blocking NCCL call that never returns is bounded too.
-    watchdog_.watch(describe(op, described), [events] { return events->done(); });
+    const int64_t sequence = progress_->next();
+    watchdog_.watch(describe(op, sequence, described), sequence,
+                    [events] { return events->done(); });
     launch(used, call, {events});
     return std::make_unique<NcclWork>(events, device_, nullptr);
   }
@@ -239,8 +264,9 @@ class NcclCommunicator : public Communicator {
     check_tensor(tensor, is_send ? "send" : "recv");
     check_rank(peer, is_send ? "send to" : "recv from");
     auto events = std::make_shared<LaunchEvents>();
-    const std::string what = describe(op, tensor);
-    posted_.push_back({std::move(tensor), peer, is_send, what, events});
+    const int64_t sequence = progress_->next();
+    const std::string what = describe(op, sequence, tensor);
+    posted_.push_back({std::move(tensor), peer, is_send, what, sequence, events});
     return std::make_unique<NcclWork>(events, device_, [this] { launch_posted(); });
   }
 
@@ -253,7 +279,7 @@ class NcclCommunicator : public Communicator {
     std::vector<torch::Tensor> used;
     std::vector<std::shared_ptr<LaunchEvents>> group_events;
     for (const Posted& op : group) {
-      watchdog_.watch(op.what, [events = op.events] { return events->done(); });
+      watchdog_.watch(op.what, op.sequence, [events = op.events] { return events->done(); });
       used.push_back(op.tensor);
       group_events.push_back(op.events);
     }
@@ -320,8 +346,8 @@ class NcclCommunicator : public Communicator {
   std::atomic<ncclComm_t> comm_{nullptr};  // read by the watchdog's thread to abort it
   int rank_ = 0;
   int size_ = 1;
-  int64_t sequence_ = 0;  // operations issued on this communicator, named in timeouts
   std::vector<Posted> posted_;
+  std::unique_ptr<ProgressChannel> progress_;  // numbers the operations; used by the watchdog
   Watchdog watchdog_;  // last: destroyed first, its thread stopped before the rest goes
 };
 
@@ -336,7 +362,8 @@ std::unique_ptr<Communicator> make_nccl_world(int device_index, double timeout_s
                device_index, devices);
   return std::make_unique<NcclCommunicator>(
       static_cast<c10::DeviceIndex>(device_index), timeout_s,
-      "NCCL start-up (unique id broadcast, ncclCommInitRank)", [world] {
+      "NCCL start-up (unique id broadcast, ncclCommInitRank)",
+      std::make_unique<ProgressChannel>(MPI_COMM_WORLD), [world] {
         ncclUniqueId id{};
         if (world.rank == 0) DTRAIN_NCCL_CHECK(ncclGetUniqueId(&id));
         const int status =

@@ -20,11 +20,10 @@ constexpr std::chrono::seconds kExitGrace(15);
 
 }  // namespace
 
-Watchdog::Watchdog(double timeout_s, std::function<void()> on_thread_start,
-                   std::function<void()> end_job)
+Watchdog::Watchdog(double timeout_s, WatchdogHooks hooks)
     : timeout_s_(timeout_s),
-      end_job_(std::move(end_job)),
-      poller_([this, start = std::move(on_thread_start)] { poll_loop(start); }),
+      hooks_(std::move(hooks)),
+      poller_([this] { poll_loop(); }),
       timer_([this] { timer_loop(); }) {}
 
 Watchdog::~Watchdog() {
@@ -37,9 +36,10 @@ Watchdog::~Watchdog() {
   poller_.join();
 }
 
-void Watchdog::watch(std::string what, std::function<bool()> done) {
+void Watchdog::watch(std::string what, int64_t sequence, std::function<bool()> done) {
   auto watched = std::make_shared<Watched>();
   watched->what = std::move(what);
+  watched->sequence = sequence;
   watched->done = std::move(done);
   watched->deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                          std::chrono::duration<double>(timeout_s_));
@@ -56,14 +56,15 @@ bool Watchdog::sleep_interval() {
   return !stopping_;
 }
 
-void Watchdog::poll_loop(const std::function<void()>& on_thread_start) {
+void Watchdog::poll_loop() {
   try {
-    if (on_thread_start) on_thread_start();
+    if (hooks_.on_thread_start) hooks_.on_thread_start();
   } catch (const std::exception& e) {
     end_job(fmt::format("rank {}: the communicator's watchdog could not start: {}",
                         error_rank(), e.what()));
   }
   while (sleep_interval()) {
+    if (hooks_.on_poll) hooks_.on_poll();
     std::list<std::shared_ptr<Watched>> snapshot;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -85,22 +86,26 @@ void Watchdog::poll_loop(const std::function<void()>& on_thread_start) {
 
 void Watchdog::timer_loop() {
   while (sleep_interval()) {
-    std::string overdue;
+    std::shared_ptr<Watched> overdue;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       const auto now = Clock::now();
       for (const auto& watched : watched_) {
         if (!watched->completed.load() && now > watched->deadline) {
-          overdue = watched->what;
+          overdue = watched;
           break;
         }
       }
     }
-    if (!overdue.empty()) {
-      end_job(fmt::format("rank {}: {} did not complete within dist.timeout_s = {} s: a rank "
-                          "died or never joined; ending the job",
-                          error_rank(), overdue, timeout_s_));
-    }
+    if (!overdue) continue;
+    // A couple of seconds for the peers' answers: their own watchdogs fire about now.
+    const std::string missing =
+        overdue->sequence > 0 && hooks_.missing_ranks
+            ? "missing rank(s) " + hooks_.missing_ranks(overdue->sequence)
+            : "a rank died or never joined";
+    end_job(fmt::format("rank {}: {} did not complete within dist.timeout_s = {} s: {}; ending "
+                        "the job",
+                        error_rank(), overdue->what, timeout_s_, missing));
   }
 }
 
@@ -112,7 +117,7 @@ void Watchdog::end_job(const std::string& message) {
     std::this_thread::sleep_for(kExitGrace);
     std::_Exit(3);
   }).detach();
-  end_job_();
+  hooks_.end_job();
   std::abort();  // end_job_ must not return; if it does, this rank at least does not hang
 }
 

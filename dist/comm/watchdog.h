@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <list>
 #include <memory>
@@ -17,33 +18,44 @@
 
 namespace dtrain::dist {
 
+struct WatchdogHooks {
+  // First, on the poller's thread (to select the CUDA device its queries use).
+  std::function<void()> on_thread_start;
+  // Every poll, on the poller's thread (to answer other ranks' progress queries); optional.
+  std::function<void()> on_poll;
+  // At a timeout of operation number `sequence`, on the timer's thread: the ranks that have
+  // not issued it (ProgressChannel::missing_ranks); optional.
+  std::function<std::string(int64_t sequence)> missing_ranks;
+  // After a timeout was logged; must not return: it aborts the communicator and the job
+  // (should it hang, the process exits on its own).
+  std::function<void()> end_job;
+};
+
 class Watchdog {
  public:
-  // `on_thread_start` runs first on the poller's thread (to select the CUDA device its
-  // queries use). `end_job` runs after a timeout was logged and must not return: it aborts
-  // the communicator and the job (should it hang, the process exits on its own).
-  Watchdog(double timeout_s, std::function<void()> on_thread_start,
-           std::function<void()> end_job);
+  Watchdog(double timeout_s, WatchdogHooks hooks);
   // Stops the thread; operations still watched are no longer bounded.
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
   // Bounds the operation named `what` (e.g. "all_reduce #7 (1024 x Float)") from now on, until
-  // `done()` returns true. `done` runs on the poller's thread.
-  void watch(std::string what, std::function<bool()> done);
+  // `done()` returns true. `done` runs on the poller's thread. `sequence`: the operation's
+  // number on the communicator, whose missing ranks a timeout names; 0 for none (set-up).
+  void watch(std::string what, int64_t sequence, std::function<bool()> done);
 
  private:
   using Clock = std::chrono::steady_clock;
   struct Watched {
     std::string what;
+    int64_t sequence = 0;
     std::function<bool()> done;
     Clock::time_point deadline;
     std::atomic<bool> completed{false};  // set by the poller, read by the timer
   };
 
   // Queries the watched operations and drops the completed ones.
-  void poll_loop(const std::function<void()>& on_thread_start);
+  void poll_loop();
   // Ends the job when an operation not known to be complete is overdue.
   void timer_loop();
   // Waits one poll interval; false once stopping.
@@ -51,7 +63,7 @@ class Watchdog {
   [[noreturn]] void end_job(const std::string& message);
 
   double timeout_s_;
-  std::function<void()> end_job_;
+  WatchdogHooks hooks_;
   std::mutex mutex_;
   std::condition_variable wake_;
   // In the order issued: the first overdue one is the oldest.
