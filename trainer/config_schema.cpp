@@ -101,6 +101,9 @@ std::vector<ConfigKey> config_keys(Config& c) {
       option("run.num_threads", &c.run.num_threads,
            "torch threads per rank; 0: cores divided by the ranks on this machine"),
       option("run.log_every", &c.run.log_every, "steps between progress lines and step metrics"),
+      option("run.profile_start", &c.run.profile_start, "first step profiled (run.profile_steps)"),
+      option("run.profile_steps", &c.run.profile_steps,
+           "steps traced by the Kineto profiler (CUDA LibTorch) into trace.rankN.json; 0 = off"),
 
       option("train.epochs", &c.train.epochs, "epochs to train"),
       option("train.max_steps", &c.train.max_steps, "stop after this many steps (0: all epochs)"),

@@ -14,6 +14,8 @@ FieldErrors RunOptions::validate() const {
   check_one_of(errors, "device", device, {"auto", "cpu", "cuda"});
   check_range<int64_t>(errors, "num_threads", num_threads, 0, 1024);
   check_at_least<int64_t>(errors, "log_every", log_every, 1);
+  check_at_least<int64_t>(errors, "profile_start", profile_start, 0);
+  check_range<int64_t>(errors, "profile_steps", profile_steps, 0, 1000);
   return errors;
 }
 

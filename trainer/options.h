@@ -25,6 +25,10 @@ struct RunOptions {
   int64_t num_threads = 0;
   // Steps between progress lines and per-step metrics records.
   int64_t log_every = 50;
+  // Optimizer steps [profile_start, profile_start + profile_steps) under the Kineto profiler
+  // (CPU ops and CUDA kernels), saved as Chrome traces run_dir/trace.rankN.json; 0: off.
+  int64_t profile_start = 10;
+  int64_t profile_steps = 0;
 
   FieldErrors validate() const;
 };

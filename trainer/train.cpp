@@ -6,6 +6,7 @@
 #include "trainer/config.h"
 #include "trainer/metrics.h"
 #include "trainer/precision.h"
+#include "trainer/profiler.h"
 #include "trainer/progress.h"
 #include "trainer/setup.h"
 
@@ -41,6 +42,8 @@ class Trainer {
         // Every rank holds the same model and the same reduced metrics: rank 0 reports them.
         metrics_(s_.world.rank == 0 ? s_.run_dir + "/metrics.jsonl" : ""),
         progress_(s_.world.rank == 0),
+        profiler_(config.run.profile_start, config.run.profile_steps,
+                  fmt::format("{}/trace.rank{}.json", s_.run_dir, s_.world.rank)),
         loss_sum_(torch::zeros({}, torch::dtype(torch::kFloat32).device(s_.device))) {
     if (config.train.precision == "fp16") scaler_.emplace(s_.device);
   }
@@ -61,7 +64,9 @@ class Trainer {
       s_.train_loader->start_epoch(epoch, step_ - epoch * s_.steps_per_epoch);
       interval_start_ = Clock::now();
       while (step_ < epoch_end) {
+        profiler_.before_step(step_);
         train_step();
+        profiler_.after_step(step_);
         ++step_;
         if (step_ % config_.run.log_every == 0 || step_ == epoch_end) report_step(epoch);
         if (config_.train.checkpoint_every > 0 && step_ % config_.train.checkpoint_every == 0) {
@@ -206,6 +211,7 @@ class Trainer {
   Checkpointer checkpointer_;
   MetricsWriter metrics_;
   Progress progress_;
+  StepProfiler profiler_;
   std::optional<LossScaler> scaler_;
   torch::Tensor loss_sum_;  // [] float32 on the device: summed micro-step losses since last log
   int64_t step_ = 0;
