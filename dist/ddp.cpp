@@ -68,6 +68,7 @@ void DdpStrategy::build_buckets(const BucketPlan& plan) {
   plan_ = plan;
   buckets_.clear();
   bucket_of_.assign(params_.size(), -1);
+  views_.assign(params_.size(), torch::Tensor());
   for (size_t b = 0; b < plan.size(); ++b) {
     Bucket bucket;
     bucket.params = plan[b];
@@ -84,6 +85,7 @@ void DdpStrategy::build_buckets(const BucketPlan& plan) {
                                ? bucket.flat.as_strided(param.sizes(), param.strides(), offset)
                                : bucket.flat.narrow(0, offset, param.numel()).view(param.sizes());
       param.mutable_grad() = view;
+      views_[index] = view;
       bucket_of_[index] = static_cast<int64_t>(b);
       offset += param.numel();
     }
@@ -168,12 +170,30 @@ void DdpStrategy::on_gradient_ready(int64_t index) {
                                 names_[index]));
   }
   ready_[index] = true;
+  move_gradient_to_bucket(index);
   if (!order_replanned_) observed_order_.push_back(index);
   --buckets_[bucket_of_[index]].pending;
   if (options_.overlap) {
     launch_ready_buckets();
     if (poll_in_hooks_ && next_bucket_ > 0) buckets_[next_bucket_ - 1].work->test();
   }
+}
+
+// step() releases the gradients, so autograd hands each parameter a fresh one (its own
+// output, taken without a copy, or the sum of the step's micro-steps), which this copies into
+// the bucket once: one read and one write per element, against zeroing the buckets and adding
+// into the views (one write, then two reads and a write). The gradient then stays the view,
+// and the optimizer reads the reduced values in place.
+void DdpStrategy::move_gradient_to_bucket(int64_t index) {
+  torch::Tensor& grad = params_[index].mutable_grad();
+  const torch::Tensor& view = views_[index];
+  if (grad.is_same(view)) return;  // accumulated into the view in place
+  if (grad.defined()) {
+    view.copy_(grad);
+  } else {
+    view.zero_();  // no gradient this step (find_unused): reduced as zeros
+  }
+  grad = view;
 }
 
 void DdpStrategy::launch_ready_buckets() {
@@ -190,7 +210,8 @@ void DdpStrategy::after_backward(bool last_micro_step) {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (ready_[i]) continue;
     unused.push_back(names_[i]);
-    --buckets_[bucket_of_[i]].pending;  // reduced as it is: zeros
+    move_gradient_to_bucket(static_cast<int64_t>(i));  // zeros, or earlier micro-steps' sum
+    --buckets_[bucket_of_[i]].pending;
   }
   if (!unused.empty() && !options_.find_unused) {
     std::string list;
@@ -217,8 +238,8 @@ void DdpStrategy::after_backward(bool last_micro_step) {
 void DdpStrategy::step(double lr) {
   for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
   optimizer_->step();
-  // Gradients stay views into the buckets: zero the buckets instead of freeing the grads.
-  for (Bucket& bucket : buckets_) bucket.flat.zero_();
+  // Released rather than zeroed: see move_gradient_to_bucket.
+  for (torch::Tensor& param : params_) param.mutable_grad().reset();
   // With unused parameters the observed order is partial and may differ across ranks: keep
   // the first guess then, as PyTorch DDP does.
   if (!order_replanned_ && !options_.find_unused) {

@@ -5,9 +5,11 @@
 //     into flat buckets (`dist.ddp.bucket_mb`, the first one small), in reverse order of
 //     registration, re-planned once from the order observed in the first step (rank 0's
 //     order, so every rank agrees).
-//   - A hook on each parameter's gradient accumulator counts the bucket down; a bucket whose
-//     last gradient arrived starts its all-reduce (average) at once, in bucket order on every
-//     rank, overlapping the rest of backward (`dist.ddp.overlap`).
+//   - A hook on each parameter's gradient accumulator copies the gradient autograd produced
+//     into the bucket (step() released the previous one) and makes the view the gradient,
+//     then counts the bucket down; a bucket whose last gradient arrived starts its all-reduce
+//     (average) at once, in bucket order on every rank, overlapping the rest of backward
+//     (`dist.ddp.overlap`).
 //   - Gradient accumulation reduces only on the last micro-step.
 //   - BatchNorm buffers follow `dist.ddp.buffers`; they are moved into one flat tensor per
 //     dtype at attach(), so each sync is one collective without copies.
@@ -64,6 +66,8 @@ class DdpStrategy : public Strategy {
   void flatten_buffers();
   void register_hooks();
   void on_gradient_ready(int64_t index);
+  // Makes parameter `index`'s gradient its bucket view, copying a gradient autograd allocated.
+  void move_gradient_to_bucket(int64_t index);
   void launch_ready_buckets();
   void sync_buffers();
   void replan_from_observed_order();
@@ -81,6 +85,7 @@ class DdpStrategy : public Strategy {
   BucketPlan plan_;
   std::vector<Bucket> buckets_;
   std::vector<int64_t> bucket_of_;  // parameter index -> bucket
+  std::vector<torch::Tensor> views_;  // parameter index -> its gradient's place in the bucket
   std::vector<bool> ready_;         // parameter's gradient arrived this step
   size_t next_bucket_ = 0;          // buckets launch strictly in order, on every rank alike
   bool reducing_ = false;           // this backward is a step's last micro-step
