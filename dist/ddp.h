@@ -5,10 +5,10 @@
 //     into flat buckets (`dist.ddp.bucket_mb`, the first one small), in reverse order of
 //     registration, re-planned once from the order observed in the first step (rank 0's
 //     order, so every rank agrees).
-//   - A hook on each parameter's gradient accumulator copies the gradient autograd produced
-//     into the bucket (step() released the previous one) and makes the view the gradient,
-//     then counts the bucket down; a bucket whose last gradient arrived starts its all-reduce
-//     (average) at once, in bucket order on every rank, overlapping the rest of backward
+//   - A hook on each parameter's gradient accumulator counts the bucket down; a bucket whose
+//     last gradient arrived gets the gradients autograd produced copied in (step() released
+//     the previous ones; the views become the gradients) and starts its all-reduce (average)
+//     at once, in bucket order on every rank, overlapping the rest of backward
 //     (`dist.ddp.overlap`).
 //   - Gradient accumulation reduces only on the last micro-step.
 //   - BatchNorm buffers follow `dist.ddp.buffers`; they are moved into one flat tensor per
@@ -66,8 +66,8 @@ class DdpStrategy : public Strategy {
   void flatten_buffers();
   void register_hooks();
   void on_gradient_ready(int64_t index);
-  // Makes parameter `index`'s gradient its bucket view, copying a gradient autograd allocated.
-  void move_gradient_to_bucket(int64_t index);
+  // Makes the bucket's views the gradients, copying those autograd allocated.
+  void move_gradients_to_bucket(const Bucket& bucket);
   void launch_ready_buckets();
   void sync_buffers();
   void replan_from_observed_order();

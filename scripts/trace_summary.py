@@ -58,6 +58,28 @@ def summarize(path, steps):
     return by_name, span, busy
 
 
+def host_calls(path, steps):
+    """CUDA runtime calls and operators on the host, per step, by name (the host's side)."""
+    with open(path) as f:
+        trace = json.load(f)
+    calls = collections.defaultdict(lambda: [0.0, 0])
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver", "cpu_op"):
+            entry = calls[(e["cat"], short(e["name"]))]
+            entry[0] += e["dur"] / 1e3 / steps
+            entry[1] += 1 / steps
+    return calls
+
+
+def print_diff(title, base, other, rows):
+    print(title)
+    keys = set(base) | set(other)
+    diff = {k: (other.get(k, [0, 0])[0] - base.get(k, [0, 0])[0],
+                other.get(k, [0, 0])[1] - base.get(k, [0, 0])[1]) for k in keys}
+    for (cat, name), (ms, n) in sorted(diff.items(), key=lambda kv: -abs(kv[1][0]))[:rows]:
+        print(f"  {ms:+8.3f} ms {n:+7.1f}x  {cat:12s} {name}")
+
+
 def main():
     steps = float(sys.argv[1])
     paths = sys.argv[2:]
@@ -73,13 +95,11 @@ def main():
         for (before, after), (ms, n) in sorted(gaps.items(), key=lambda kv: -kv[1][0])[:8]:
             print(f"  {ms:8.3f} ms {n:6.1f}x  after {before} / before {after}")
     base = summaries[0][0]
+    base_host = host_calls(paths[0], steps)
     for path, (by_name, _, _) in zip(paths[1:], summaries[1:]):
-        print(f"== {path} minus {paths[0]}, per step")
-        keys = set(base) | set(by_name)
-        diff = {k: (by_name.get(k, [0, 0])[0] - base.get(k, [0, 0])[0],
-                    by_name.get(k, [0, 0])[1] - base.get(k, [0, 0])[1]) for k in keys}
-        for (cat, name), (ms, n) in sorted(diff.items(), key=lambda kv: -abs(kv[1][0]))[:15]:
-            print(f"  {ms:+8.3f} ms {n:+6.0f}x  {cat:10s} {name}")
+        print_diff(f"== GPU: {path} minus {paths[0]}, per step", base, by_name, 15)
+        print_diff(f"== host (inclusive times, profiler overhead included): {path} minus "
+                   f"{paths[0]}, per step", base_host, host_calls(path, steps), 25)
 
 
 if __name__ == "__main__":

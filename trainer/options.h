@@ -26,7 +26,7 @@ struct RunOptions {
   // Steps between progress lines and per-step metrics records.
   int64_t log_every = 50;
   // Optimizer steps [profile_start, profile_start + profile_steps) under the Kineto profiler
-  // (CPU ops and CUDA kernels), saved as Chrome traces run_dir/trace.rankN.json; 0: off.
+  // (CUDA kernels and runtime calls), saved as Chrome traces run_dir/trace.rankN.json; 0: off.
   int64_t profile_start = 10;
   int64_t profile_steps = 0;
 

@@ -23,7 +23,9 @@ profiler::ProfilerConfig kineto_config() {
                                   /*profile_memory=*/false);
 }
 
-const std::set<ActivityType> kActivities = {ActivityType::CPU, ActivityType::CUDA};
+// The GPU's activity only: tracing every CPU operator too slows a ResNet-50 step from 30 to
+// about 50 ms on an H200 machine, which starves the GPU and hides the gaps worth finding.
+const std::set<ActivityType> kActivities = {ActivityType::CUDA};
 
 }  // namespace
 #endif

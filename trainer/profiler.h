@@ -1,5 +1,5 @@
-// The Kineto profiler (CPU operators and CUDA kernels) over a window of optimizer steps, saved
-// as a Chrome trace (chrome://tracing, Perfetto) per rank. Kineto comes with the CUDA LibTorch
+// The Kineto profiler (CUDA kernels, copies and runtime calls) over a window of optimizer
+// steps, saved as a Chrome trace (chrome://tracing, Perfetto) per rank. Kineto comes with the CUDA LibTorch
 // builds; elsewhere asking for a profile is an error, not a silent no-op.
 #pragma once
 

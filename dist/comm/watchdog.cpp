@@ -47,7 +47,8 @@ void Watchdog::watch(std::string what, int64_t sequence, std::function<bool()> d
     std::lock_guard<std::mutex> lock(mutex_);
     watched_.push_back(std::move(watched));
   }
-  wake_.notify_all();
+  // No wake-up: the threads look at every poll interval, and waking them per operation would
+  // cost the training loop a few system calls each time for nothing.
 }
 
 bool Watchdog::sleep_interval() {
