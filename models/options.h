@@ -20,6 +20,9 @@ struct ModelOptions {
   bool zero_init_residual = false;
   // SimpleCNN width (channels of the first conv; the second has twice as many).
   int64_t width = 32;
+  // SyncBatchNorm: BatchNorm layers normalise with the global batch's statistics, over all
+  // ranks, in training (dist/sync_batchnorm.h); no effect on one rank.
+  bool sync_batchnorm = false;
 
   FieldErrors validate() const;
 };

@@ -24,7 +24,7 @@ nn::Conv2d conv(int64_t in_planes, int64_t out_planes, int64_t kernel, int64_t s
 // torchvision's `downsample`: Sequential(conv1x1 with the block's stride, BatchNorm), so its
 // tensors are named downsample.0.weight and downsample.1.{weight,bias,running_*,...}.
 nn::Sequential downsample(int64_t in_planes, int64_t out_planes, int64_t stride) {
-  return nn::Sequential(conv(in_planes, out_planes, 1, stride), nn::BatchNorm2d(out_planes));
+  return nn::Sequential(conv(in_planes, out_planes, 1, stride), BatchNorm(out_planes));
 }
 
 // Adds the shortcut to the residual branch and applies the block's last ReLU, in place as in
@@ -40,9 +40,9 @@ class BasicBlock : public ResidualBlock {
 
   BasicBlock(int64_t in_planes, int64_t planes, int64_t stride) {
     conv1_ = register_module("conv1", conv(in_planes, planes, 3, stride));
-    bn1_ = register_module("bn1", nn::BatchNorm2d(planes));
+    bn1_ = register_module("bn1", BatchNorm(planes));
     conv2_ = register_module("conv2", conv(planes, planes, 3, 1));
-    bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
+    bn2_ = register_module("bn2", BatchNorm(planes));
     if (stride != 1 || in_planes != planes) {
       downsample_ = register_module("downsample", downsample(in_planes, planes, stride));
     }
@@ -53,11 +53,11 @@ class BasicBlock : public ResidualBlock {
     return merge(bn2_(conv2_(out)), x, downsample_);
   }
 
-  nn::BatchNorm2d last_bn() override { return bn2_; }
+  BatchNorm last_bn() override { return bn2_; }
 
  private:
   nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
-  nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr};
+  BatchNorm bn1_{nullptr}, bn2_{nullptr};
   nn::Sequential downsample_{nullptr};
 };
 
@@ -68,11 +68,11 @@ class Bottleneck : public ResidualBlock {
   Bottleneck(int64_t in_planes, int64_t planes, int64_t stride) {
     const int64_t out_planes = planes * kExpansion;
     conv1_ = register_module("conv1", conv(in_planes, planes, 1, 1));
-    bn1_ = register_module("bn1", nn::BatchNorm2d(planes));
+    bn1_ = register_module("bn1", BatchNorm(planes));
     conv2_ = register_module("conv2", conv(planes, planes, 3, stride));  // v1.5: stride here
-    bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
+    bn2_ = register_module("bn2", BatchNorm(planes));
     conv3_ = register_module("conv3", conv(planes, out_planes, 1, 1));
-    bn3_ = register_module("bn3", nn::BatchNorm2d(out_planes));
+    bn3_ = register_module("bn3", BatchNorm(out_planes));
     if (stride != 1 || in_planes != out_planes) {
       downsample_ = register_module("downsample", downsample(in_planes, out_planes, stride));
     }
@@ -84,11 +84,11 @@ class Bottleneck : public ResidualBlock {
     return merge(bn3_(conv3_(out)), x, downsample_);
   }
 
-  nn::BatchNorm2d last_bn() override { return bn3_; }
+  BatchNorm last_bn() override { return bn3_; }
 
  private:
   nn::Conv2d conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr};
-  nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr};
+  BatchNorm bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr};
   nn::Sequential downsample_{nullptr};
 };
 
@@ -112,7 +112,7 @@ ResNet::ResNet(const ResNetConfig& config) : small_stem_(config.small_stem) {
 
   conv1_ = register_module("conv1", small_stem_ ? conv(config.in_channels, 64, 3, 1)
                                                 : conv(config.in_channels, 64, 7, 2));
-  bn1_ = register_module("bn1", nn::BatchNorm2d(64));
+  bn1_ = register_module("bn1", BatchNorm(64));
   int64_t in_planes = 64;
   for (int layer = 0; layer < 4; ++layer) {
     const int64_t planes = int64_t{64} << layer;  // 64, 128, 256, 512
@@ -141,7 +141,7 @@ void ResNet::initialise(bool zero_init_residual) {
   for (const auto& module : modules(/*include_self=*/false)) {
     if (auto* conv = module->as<nn::Conv2d>()) {
       nn::init::kaiming_normal_(conv->weight, 0.0, torch::kFanOut, torch::kReLU);
-    } else if (auto* bn = module->as<nn::BatchNorm2d>()) {
+    } else if (auto* bn = module->as<BatchNormImpl>()) {
       nn::init::ones_(bn->weight);
       nn::init::zeros_(bn->bias);
     }

@@ -3,6 +3,7 @@
 // loads into torchvision.models.resnet{18,34,50}(num_classes=...) with strict=True.
 #pragma once
 
+#include "models/batch_norm.h"
 #include "models/model.h"
 
 #include <cstdint>
@@ -28,7 +29,7 @@ class ResidualBlock : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
   // The BatchNorm on the residual branch's output: bn2 (BasicBlock) or bn3 (Bottleneck).
-  virtual torch::nn::BatchNorm2d last_bn() = 0;
+  virtual BatchNorm last_bn() = 0;
 };
 
 class ResNet : public Model {
@@ -46,7 +47,7 @@ class ResNet : public Model {
 
   bool small_stem_;
   torch::nn::Conv2d conv1_{nullptr};
-  torch::nn::BatchNorm2d bn1_{nullptr};
+  BatchNorm bn1_{nullptr};
   // Every block in forward order, with its name prefix ("layer2.1.").
   std::vector<std::pair<std::string, std::shared_ptr<ResidualBlock>>> blocks_;
   torch::nn::Linear fc_{nullptr};

@@ -1,5 +1,7 @@
 #include "models/simple_cnn.h"
 
+#include "models/batch_norm.h"
+
 #include <fmt/format.h>
 
 namespace dtrain::models {
@@ -13,7 +15,7 @@ class ConvBlock : public nn::Module {
   ConvBlock(int64_t in_channels, int64_t out_channels) {
     conv_ = register_module(
         "conv", nn::Conv2d(nn::Conv2dOptions(in_channels, out_channels, 3).padding(1).bias(false)));
-    bn_ = register_module("bn", nn::BatchNorm2d(out_channels));
+    bn_ = register_module("bn", BatchNorm(out_channels));
     torch::NoGradGuard no_grad;
     nn::init::kaiming_normal_(conv_->weight, 0.0, torch::kFanOut, torch::kReLU);
   }
@@ -22,7 +24,7 @@ class ConvBlock : public nn::Module {
 
  private:
   nn::Conv2d conv_{nullptr};
-  nn::BatchNorm2d bn_{nullptr};
+  BatchNorm bn_{nullptr};
 };
 
 class Head : public nn::Module {

@@ -5,6 +5,7 @@
 #include "data/dataset.h"
 #include "dist/agreement.h"
 #include "dist/factory.h"
+#include "dist/sync_batchnorm.h"
 #include "trainer/config.h"
 #include "models/registry.h"
 #include "optim/optimizer.h"
@@ -148,6 +149,10 @@ RunSetup build_run(const Config& config) {
   setup.comm = setup.device.is_cpu()
                    ? control
                    : dist::make_world_communicator(setup.device, config.dist.timeout_s);
+  if (config.model.sync_batchnorm && setup.world.size > 1) {
+    const int64_t layers = dist::enable_sync_batchnorm(*setup.model, setup.comm);
+    log::info("SyncBatchNorm: {} BatchNorm layers use the global batch's statistics", layers);
+  }
   setup.strategy = dist::make_strategy(config.dist, setup.comm);
   const optim::OptimizerOptions optimizer_options = config.optim;
   setup.strategy->attach(*setup.model, [optimizer_options](const std::vector<torch::Tensor>& p) {

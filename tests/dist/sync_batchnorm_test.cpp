@@ -1,0 +1,131 @@
+// SyncBatchNorm against BatchNorm on the whole batch: N ranks holding slices of a batch must
+// compute what one BatchNorm computes on all of it, forward and backward, and DDP with
+// SyncBatchNorm on N ranks of batch b must train exactly as one rank on batch N*b, running
+// statistics included. Float64: tolerance 1e-12.
+#include "dist/comm/mpi_communicator.h"
+#include "dist/ddp.h"
+#include "dist/sync_batchnorm.h"
+#include "models/batch_norm.h"
+
+#include <catch2/catch.hpp>
+
+using dtrain::models::BatchNorm;
+
+namespace {
+
+std::shared_ptr<dtrain::dist::Communicator> world() {
+  static std::shared_ptr<dtrain::dist::Communicator> communicator =
+      dtrain::dist::make_mpi_world(60.0);
+  return communicator;
+}
+
+double max_difference(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).abs().max().item<double>();
+}
+
+constexpr int64_t kIn = 5, kHidden = 7, kClasses = 3, kPerRank = 4, kSteps = 3;
+
+struct NetImpl : torch::nn::Module {
+  NetImpl() {
+    body = register_module("body", torch::nn::Linear(kIn, kHidden));
+    norm = register_module("norm", BatchNorm(kHidden));
+    head = register_module("head", torch::nn::Linear(kHidden, kClasses));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return head(torch::tanh(norm(body(x)))); }
+  torch::nn::Linear body{nullptr}, head{nullptr};
+  BatchNorm norm{nullptr};
+};
+TORCH_MODULE(Net);
+
+Net make_net() {
+  torch::manual_seed(0);
+  Net net;
+  net->to(torch::kFloat64);
+  return net;
+}
+
+auto sgd = [](const std::vector<torch::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
+  return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.1).momentum(0.9));
+};
+
+}  // namespace
+
+TEST_CASE("SyncBatchNorm on slices equals BatchNorm on the whole batch, forward and backward",
+          "[dist][sync_batchnorm]") {
+  auto comm = world();
+  const int64_t n = comm->size();
+  auto gen = at::detail::createCPUGenerator(7);
+  // [N * 3, 4 channels, 2, 5], shifted so that the shift by the running mean matters.
+  const torch::Tensor input = at::randn({n * 3, 4, 2, 5}, gen, torch::kFloat64) * 3.0 + 10.0;
+  const torch::Tensor upstream = at::randn(input.sizes(), gen, torch::kFloat64);
+
+  torch::manual_seed(1);
+  BatchNorm whole(4);
+  whole->to(torch::kFloat64);
+  {
+    torch::NoGradGuard no_grad;
+    whole->weight.uniform_(0.5, 1.5);
+    whole->bias.uniform_(-1.0, 1.0);
+  }
+  BatchNorm synced(std::dynamic_pointer_cast<dtrain::models::BatchNormImpl>(whole->clone()));
+  REQUIRE(dtrain::dist::enable_sync_batchnorm(*synced, comm) == 1);
+
+  for (int pass = 0; pass < 2; ++pass) {  // the second pass shifts by a non-zero running mean
+    const torch::Tensor x_whole = input.clone().requires_grad_(true);
+    const torch::Tensor y_whole = whole(x_whole);
+    (y_whole * upstream).sum().backward();
+    const torch::Tensor x_slice = input.narrow(0, comm->rank() * 3, 3).clone().requires_grad_(true);
+    const torch::Tensor y_slice = synced(x_slice);
+    (y_slice * upstream.narrow(0, comm->rank() * 3, 3)).sum().backward();
+
+    CHECK(max_difference(y_slice, y_whole.narrow(0, comm->rank() * 3, 3)) < 1e-12);
+    CHECK(max_difference(x_slice.grad(), x_whole.grad().narrow(0, comm->rank() * 3, 3)) < 1e-12);
+    // Parameter gradients are per-rank shares; summed over ranks they are the whole batch's.
+    torch::Tensor weight_grad = synced->weight.grad().clone();
+    comm->all_reduce(weight_grad, dtrain::dist::ReduceOp::kSum)->wait();
+    CHECK(max_difference(weight_grad, whole->weight.grad()) < 1e-12);
+    CHECK(max_difference(synced->running_mean, whole->running_mean) < 1e-12);
+    CHECK(max_difference(synced->running_var, whole->running_var) < 1e-12);
+    CHECK(synced->num_batches_tracked.item<int64_t>() == pass + 1);
+    whole->zero_grad();
+    synced->zero_grad();
+  }
+}
+
+TEST_CASE("DDP with SyncBatchNorm on N ranks trains as one rank on the N-times batch",
+          "[dist][sync_batchnorm]") {
+  auto comm = world();
+  const int64_t n = comm->size();
+  auto gen = at::detail::createCPUGenerator(1234);
+  const torch::Tensor x = at::randn({kSteps, n * kPerRank, kIn}, gen, torch::kFloat64);
+  const torch::Tensor y = at::randint(kClasses, {kSteps, n * kPerRank}, gen, torch::kInt64);
+
+  Net reference = make_net();
+  auto optimizer = sgd(reference->parameters());
+  for (int64_t step = 0; step < kSteps; ++step) {
+    optimizer->zero_grad();
+    torch::nn::functional::cross_entropy(reference->forward(x[step]), y[step]).backward();
+    optimizer->step();
+  }
+
+  Net net = make_net();
+  dtrain::dist::enable_sync_batchnorm(*net, comm);
+  dtrain::dist::DdpStrategy strategy({}, comm);
+  strategy.attach(*net, sgd);
+  for (int64_t step = 0; step < kSteps; ++step) {
+    strategy.before_forward(step);
+    strategy.before_backward(true);
+    const int64_t begin = comm->rank() * kPerRank;
+    torch::nn::functional::cross_entropy(net->forward(x[step].narrow(0, begin, kPerRank)),
+                                         y[step].narrow(0, begin, kPerRank))
+        .backward();
+    strategy.after_backward(true);
+    strategy.step(0.1);
+  }
+  const auto trained = net->parameters(), expected = reference->parameters();
+  for (size_t i = 0; i < trained.size(); ++i) {
+    CHECK(max_difference(trained[i], expected[i]) < 1e-12);
+  }
+  CHECK(max_difference(net->norm->running_mean, reference->norm->running_mean) < 1e-12);
+  CHECK(max_difference(net->norm->running_var, reference->norm->running_var) < 1e-12);
+}
