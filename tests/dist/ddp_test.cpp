@@ -198,3 +198,72 @@ TEST_CASE("Buckets fill to the cap in readiness order, the first one small", "[d
   const dtrain::dist::BucketPlan expected = {{4}, {3}, {2, 1}, {0}};
   CHECK(plan == expected);  // float64 tensor 3 has its own bucket: one flat tensor per dtype
 }
+
+// A parameter used in an earlier micro-step but not in the last one: with find_unused, its
+// gradient from the earlier micro-steps is reduced (not zeros), as one rank accumulates it.
+TEST_CASE("DDP with find_unused reduces gradients of earlier micro-steps", "[dist][ddp]") {
+  auto comm = world();
+  const Data data = make_data(comm->size());
+  // The extra layer joins only micro-step 0: out = head(tanh(body(x))) + extra(x)[:, :kClasses].
+  auto forward = [](Net& net, torch::nn::Linear& extra, const torch::Tensor& x, bool with_extra) {
+    torch::Tensor out = net->forward(x);
+    return with_extra ? out + extra(x).narrow(1, 0, kClasses) : out;
+  };
+  auto make_extra = [] {
+    torch::manual_seed(99);
+    torch::nn::Linear extra(kIn, kClasses + 1);
+    extra->to(torch::kFloat64);
+    return extra;
+  };
+  constexpr int64_t kAccum = 2;
+  const int64_t micro = kPerRank / kAccum;
+
+  Net reference = make_net(0);
+  torch::nn::Linear reference_extra = make_extra();
+  std::vector<torch::Tensor> all = reference->parameters();
+  for (const auto& p : reference_extra->parameters()) all.push_back(p);
+  auto optimizer = sgd(all);
+  for (int64_t step = 0; step < kSteps; ++step) {
+    optimizer->zero_grad();
+    for (int64_t m = 0; m < kAccum; ++m) {
+      // Micro-step m of every rank, gathered: the same samples the ranks see.
+      std::vector<torch::Tensor> xs, ys;
+      for (int r = 0; r < comm->size(); ++r) {
+        xs.push_back(data.x[step].narrow(0, r * kPerRank + m * micro, micro));
+        ys.push_back(data.y[step].narrow(0, r * kPerRank + m * micro, micro));
+      }
+      (torch::nn::functional::cross_entropy(
+           forward(reference, reference_extra, torch::cat(xs), m == 0), torch::cat(ys)) /
+       static_cast<double>(kAccum))
+          .backward();
+    }
+    optimizer->step();
+  }
+
+  struct Both : torch::nn::Module {
+    Both(Net n, torch::nn::Linear e) : net(register_module("net", n)), extra(register_module("extra", e)) {}
+    Net net;
+    torch::nn::Linear extra;
+  };
+  auto both = std::make_shared<Both>(make_net(static_cast<uint64_t>(comm->rank())), make_extra());
+  DdpOptions options;
+  options.find_unused = true;
+  DdpStrategy strategy(options, comm);
+  strategy.attach(*both, sgd);
+  for (int64_t step = 0; step < kSteps; ++step) {
+    strategy.before_forward(step);
+    for (int64_t m = 0; m < kAccum; ++m) {
+      const int64_t begin = comm->rank() * kPerRank + m * micro;
+      strategy.before_backward(m + 1 == kAccum);
+      (torch::nn::functional::cross_entropy(
+           forward(both->net, both->extra, data.x[step].narrow(0, begin, micro), m == 0),
+           data.y[step].narrow(0, begin, micro)) /
+       static_cast<double>(kAccum))
+          .backward();
+      strategy.after_backward(m + 1 == kAccum);
+    }
+    strategy.step(0.1);
+  }
+  CHECK(max_difference(*both->net, *reference) < 1e-12);
+  CHECK(max_difference(*both->extra, *reference_extra) < 1e-12);
+}
