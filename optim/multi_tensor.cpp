@@ -4,8 +4,6 @@
 #include "optim/multi_tensor_cuda.h"
 #endif
 
-#include <torch/version.h>
-
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
@@ -43,32 +41,6 @@ bool kernels_take(std::initializer_list<const std::vector<torch::Tensor>*> lists
 }  // namespace
 #endif
 
-namespace {
-
-// grads * clip, clip a 0-d tensor on their device. LibTorch 2.x multiplies a list by one tensor
-// in a single multi-tensor launch; 1.x (Debian's) only by a list of them, one kernel each.
-std::vector<torch::Tensor> clipped(const std::vector<torch::Tensor>& grads,
-                                   const torch::Tensor& clip) {
-#if TORCH_VERSION_MAJOR >= 2
-  return at::_foreach_mul(grads, clip);
-#else
-  return at::_foreach_mul(grads, std::vector<torch::Tensor>(grads.size(), clip));
-#endif
-}
-
-// tensors[i] * factors[i], out of place. A CPU tensor's factors are read on the host, free there,
-// so the list multiply takes plain scalars; elsewhere one 0-d device tensor per entry.
-std::vector<torch::Tensor> scaled(const std::vector<torch::Tensor>& tensors,
-                                  const torch::Tensor& factors) {
-  if (!factors.device().is_cpu()) return at::_foreach_mul(tensors, factors.unbind(0));
-  const torch::Tensor values = factors.to(torch::kFloat64).contiguous();
-  const double* data = values.data_ptr<double>();
-  const std::vector<at::Scalar> scalars(data, data + values.numel());
-  return at::_foreach_mul(tensors, scalars);
-}
-
-}  // namespace
-
 bool has_multi_tensor_kernels(const torch::Device& device) {
 #ifdef DTRAIN_CUDA_KERNELS
   return device.is_cuda();
@@ -87,7 +59,9 @@ void add_scaled_(const std::vector<torch::Tensor>& targets,
     return;
   }
 #endif
-  at::_foreach_add_(targets, scaled(sources, factors), alpha);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    targets[i].add_(sources[i] * factors[static_cast<int64_t>(i)], alpha);
+  }
 }
 
 void lars_update_(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
@@ -101,16 +75,18 @@ void lars_update_(const std::vector<torch::Tensor>& params, const std::vector<to
     return;
   }
 #endif
-  // Out of place: the .grad tensors keep the raw gradients.
-  std::vector<torch::Tensor> steps =
-      weight_decay != 0.0 ? at::_foreach_add(grads, params, weight_decay) : grads;
-  steps = scaled(steps, factors);
-  if (!buffers.empty()) {
-    at::_foreach_mul_(buffers, momentum);
-    at::_foreach_add_(buffers, steps);
-    steps = buffers;
+  // The .grad tensors keep the raw gradients.
+  for (size_t i = 0; i < params.size(); ++i) {
+    const torch::Tensor direction =
+        weight_decay != 0.0 ? grads[i].add(params[i], weight_decay) : grads[i];
+    const torch::Tensor step = direction * factors[static_cast<int64_t>(i)];
+    if (buffers.empty()) {
+      params[i].sub_(step);
+    } else {
+      buffers[i].mul_(momentum).add_(step);
+      params[i].sub_(buffers[i]);
+    }
   }
-  at::_foreach_add_(params, steps, -1.0);
 }
 
 std::vector<torch::Tensor> lamb_directions(const std::vector<torch::Tensor>& params,
@@ -142,23 +118,19 @@ std::vector<torch::Tensor> lamb_directions(const std::vector<torch::Tensor>& par
     return updates;
   }
 #endif
-  std::vector<at::Scalar> bias1, sqrt_bias2;  // 1 - b1^t and sqrt(1 - b2^t), per tensor
-  for (const int64_t step : steps) {
-    const auto t = static_cast<double>(step);
-    bias1.push_back(1.0 - std::pow(args.beta1, t));
-    sqrt_bias2.push_back(std::sqrt(1.0 - std::pow(args.beta2, t)));
+  std::vector<torch::Tensor> updates;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto t = static_cast<double>(steps[i]);
+    const double bias1 = 1.0 - std::pow(args.beta1, t);
+    const double sqrt_bias2 = std::sqrt(1.0 - std::pow(args.beta2, t));
+    const torch::Tensor grad = clip.defined() ? grads_in[i] * clip : grads_in[i];
+    exp_avgs[i].mul_(args.beta1).add_(grad, 1.0 - args.beta1);
+    exp_avg_sqs[i].mul_(args.beta2).addcmul_(grad, grad, 1.0 - args.beta2);
+    const torch::Tensor denominator = exp_avg_sqs[i].sqrt().div_(sqrt_bias2).add_(args.eps);
+    torch::Tensor update = exp_avgs[i].div(denominator).div_(bias1);
+    if (args.weight_decay != 0.0) update.add_(params[i], args.weight_decay);
+    updates.push_back(update);
   }
-  const std::vector<torch::Tensor> grads = clip.defined() ? clipped(grads_in, clip) : grads_in;
-  at::_foreach_mul_(exp_avgs, args.beta1);
-  at::_foreach_add_(exp_avgs, grads, 1.0 - args.beta1);
-  at::_foreach_mul_(exp_avg_sqs, args.beta2);
-  at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1.0 - args.beta2);
-  std::vector<torch::Tensor> denominators = at::_foreach_sqrt(exp_avg_sqs);
-  at::_foreach_div_(denominators, sqrt_bias2);
-  at::_foreach_add_(denominators, args.eps);
-  std::vector<torch::Tensor> updates = at::_foreach_div(exp_avgs, denominators);
-  at::_foreach_div_(updates, bias1);
-  if (args.weight_decay != 0.0) at::_foreach_add_(updates, params, args.weight_decay);
   return updates;
 }
 

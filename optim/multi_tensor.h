@@ -4,7 +4,11 @@
 // tensor), so on CUDA these run as chunked multi-tensor kernels (optim/multi_tensor_cuda.cu, in
 // the manner of apex's multi_tensor_apply): a handful of launches for a ResNet-50, no sync.
 // Elsewhere, or for tensors those kernels do not take (mixed dtypes or layouts within a tuple,
-// overlapping memory), they run as ATen list ops with the same arithmetic.
+// overlapping memory), they run tensor by tensor with the same arithmetic: on the CPU that is
+// the fast way, as launches cost nothing there and each temporary is freed before the next
+// is made. (ATen's out-of-place list ops keep every tensor's temporary alive at once, and on
+// this 2-core machine page-faulting 100 MB of fresh memory per list op cost ~300 ms a step for
+// ResNet-50, against ~6 ms for the arithmetic.)
 //
 // `factors`: 1-D, one entry per tensor, on the tensors' device; it is never read on the host.
 #pragma once

@@ -8,6 +8,7 @@
 // know ||w|| and ||g|| before it updates, so it also reads w and g once more (28 B). LAMB reads
 // g, m, v and writes m, v, reads w for ||w|| and ||u|| (u comes from m, v, w), then reads w, m,
 // v and writes w (40 B).
+#include "common/host_memory.h"
 #include "models/registry.h"
 #include "optim/multi_tensor.h"
 #include "optim/optimizer.h"
@@ -68,6 +69,7 @@ double device_ms(const torch::Device& device, int calls, Fn&& fn) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dtrain::keep_freed_host_memory();  // as the trainer does (common/host_memory.h)
   const std::string requested = argc > 1 ? argv[1] : (torch::cuda::is_available() ? "cuda" : "cpu");
   const int steps = argc > 2 ? std::stoi(argv[2]) : 50;
   const torch::Device device = requested == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::kCPU;

@@ -1,6 +1,7 @@
 // trainer: the command-line entry point. Parses flags, loads the config, runs training.
 // Exit codes: 0 success, 2 bad input (config, flags, dataset files), 1 internal error.
 #include "common/error.h"
+#include "common/host_memory.h"
 #include "common/log.h"
 #include "trainer/config.h"
 #include "trainer/train.h"
@@ -49,6 +50,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dtrain::keep_freed_host_memory();
   try {
     return run(argc, argv);
   } catch (const dtrain::trainer::ConfigError& e) {
