@@ -39,6 +39,10 @@ expect_failure "batch larger than the dataset" "exceeds the 60000 training sampl
   --set data.batch_size=100000 --set train.max_steps=1 --set run.device=cpu
 command -v nvidia-smi >/dev/null || expect_failure "cuda on a machine without it" "no CUDA device is usable" -- \
   --set run.device=cuda --set train.max_steps=1 --set run.out_dir="$tmp/runs"
+# Kineto comes only with CUDA builds of LibTorch (the CPU machines have Debian's).
+command -v nvidia-smi >/dev/null || expect_failure "profiling without Kineto" \
+  "run.profile_steps: profiling needs a LibTorch with Kineto" -- \
+  --set run.profile_steps=2 --set train.max_steps=3 --set run.out_dir="$tmp/runs"
 
 [ "$failures" -eq 0 ] && echo "bad input: all cases exit 2 with one clear line"
 exit "$failures"
