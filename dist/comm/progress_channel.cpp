@@ -15,16 +15,6 @@ namespace {
 constexpr int kQueryTag = 1;
 constexpr int kAnswerTag = 2;
 
-}  // namespace
-
-ProgressChannel::ProgressChannel(MPI_Comm comm) {
-  DTRAIN_CHECK(MPI_Comm_dup(comm, &side_) == MPI_SUCCESS, "MPI_Comm_dup failed");
-  MPI_Comm_rank(side_, &rank_);
-  MPI_Comm_size(side_, &size_);
-}
-
-namespace {
-
 // A channel may outlive MPI (a communicator destroyed at exit, after MPI_Finalize), and then
 // must not touch it.
 bool mpi_finalized() {
@@ -34,6 +24,12 @@ bool mpi_finalized() {
 }
 
 }  // namespace
+
+ProgressChannel::ProgressChannel(MPI_Comm comm) {
+  DTRAIN_CHECK(MPI_Comm_dup(comm, &side_) == MPI_SUCCESS, "MPI_Comm_dup failed");
+  MPI_Comm_rank(side_, &rank_);
+  MPI_Comm_size(side_, &size_);
+}
 
 ProgressChannel::~ProgressChannel() {
   if (!mpi_finalized()) MPI_Comm_free(&side_);

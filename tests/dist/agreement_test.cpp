@@ -2,7 +2,7 @@
 // key stops every rank with a message naming that rank and key.
 #include "common/error.h"
 #include "dist/agreement.h"
-#include "dist/comm/mpi_communicator.h"
+#include "mpi_world.h"
 
 #include <catch2/catch.hpp>
 
@@ -10,11 +10,7 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-dtrain::dist::Communicator& world() {
-  static std::unique_ptr<dtrain::dist::Communicator> communicator =
-      dtrain::dist::make_mpi_world(60.0);
-  return *communicator;
-}
+dtrain::dist::Communicator& world() { return *mpi_world(); }
 
 }  // namespace
 

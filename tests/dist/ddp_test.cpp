@@ -4,7 +4,8 @@
 #include "common/error.h"
 #include "dist/buckets.h"
 #include "dist/ddp.h"
-#include "dist/comm/mpi_communicator.h"
+
+#include "mpi_world.h"
 
 #include <catch2/catch.hpp>
 
@@ -14,11 +15,7 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-std::shared_ptr<dtrain::dist::Communicator> world() {
-  static std::shared_ptr<dtrain::dist::Communicator> communicator =
-      dtrain::dist::make_mpi_world(60.0);
-  return communicator;
-}
+std::shared_ptr<dtrain::dist::Communicator> world() { return mpi_world(); }
 
 constexpr int64_t kIn = 6, kHidden = 10, kClasses = 3, kPerRank = 4, kSteps = 3;
 

@@ -2,10 +2,11 @@
 // compute what one BatchNorm computes on all of it, forward and backward, and DDP with
 // SyncBatchNorm on N ranks of batch b must train exactly as one rank on batch N*b, running
 // statistics included. Float64: tolerance 1e-12.
-#include "dist/comm/mpi_communicator.h"
 #include "dist/ddp.h"
 #include "dist/sync_batchnorm.h"
 #include "models/batch_norm.h"
+
+#include "mpi_world.h"
 
 #include <catch2/catch.hpp>
 
@@ -13,11 +14,7 @@ using dtrain::models::BatchNorm;
 
 namespace {
 
-std::shared_ptr<dtrain::dist::Communicator> world() {
-  static std::shared_ptr<dtrain::dist::Communicator> communicator =
-      dtrain::dist::make_mpi_world(60.0);
-  return communicator;
-}
+std::shared_ptr<dtrain::dist::Communicator> world() { return mpi_world(); }
 
 double max_difference(const torch::Tensor& a, const torch::Tensor& b) {
   return (a - b).abs().max().item<double>();
