@@ -13,45 +13,10 @@ out=$(cd "$2" && pwd)
 read -ra counts <<<"${3:-1 2 4}"
 [[ " ${counts[*]} " == *" 1 "* ]] || counts=(1 "${counts[@]}")  # efficiency needs 1 GPU
 cd "$(dirname "$0")/.."
-. scripts/gpu_env.sh  # NCCL_NVLS_ENABLE=0 (NVLink multicast stays off), mpirun as root
-
-launch() {  # N COMMAND...: one process per GPU, NCCL's environment passed to every rank
-  local n=$1
-  shift
-  mpirun -np "$n" --oversubscribe --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE \
-    -x MASTER_PORT=$((29500 + n)) "$@"
-}
-
-# N NAME --set ... -> "img/s exposed_ms comm_ms busbw_gbps" from rank 0's metrics.jsonl,
-# averaged over the logged intervals after the first ("-" where a field is absent).
-dtrain_run() {
-  local n=$1 name=$2
-  shift 2
-  launch "$n" "$build/trainer" --config configs/resnet50_synthetic.toml \
-    --set run.out_dir="$out" --set run.name="$name" "$@" >"$out/$name.log" 2>&1 \
-    || { tail -30 "$out/$name.log" >&2; return 1; }
-  # The first interval holds cuDNN's algorithm search and NCCL's connection set-up.
-  python3 - "$out/$name/metrics.jsonl" <<'PY'
-import json, sys
-steps = [json.loads(l) for l in open(sys.argv[1]) if '"kind":"step"' in l][1:]
-def mean(key, digits):
-    values = [s[key] for s in steps if key in s]
-    return f"{sum(values) / len(values):.{digits}f}" if values else "-"
-print(mean("throughput/img_per_s", 0), mean("comm/exposed_ms", 1), mean("comm/ms", 1),
-      mean("comm/busbw_gbps", 1))
-PY
-}
-
-torch_run() {  # N -> img/s
-  local log="$out/torch_ddp_np$1.log"
-  launch "$1" python3 scripts/bench_torch_ddp.py --batch 128 --warmup 20 --steps 100 >"$log" 2>&1 \
-    || { tail -30 "$log" >&2; return 1; }
-  sed -n 's/.*img\/s: \([0-9.]*\).*/\1/p' "$log"
-}
+. scripts/ddp_bench_lib.sh  # launch, dtrain_run, torch_run, ratio
 
 efficiency() {  # RATE N BASE -> RATE / (N x BASE)
-  awk -v r="$1" -v n="$2" -v b="$3" \
-    'BEGIN { if (r == "-" || b == "-" || b <= 0) print "-"; else printf "%.3f", r / (n * b) }'
+  ratio "$1" "$(awk -v n="$2" -v b="$3" 'BEGIN { print (b == "-") ? "-" : n * b }')"
 }
 
 # A run that fails shows "-" (its log's tail goes to stderr); the others still report.
@@ -72,7 +37,7 @@ $off_ms ms/step at $off_busbw GB/s with overlap off")
   fi
   read -r on_rate on_exposed _ _ <<<"$on"
   read -r off_rate off_exposed _ _ <<<"$off"
-  torch_rate=$(torch_run "$n") || true
+  torch_rate=$(torch_run "$n" "torch_ddp_np$n") || true
   torch_rate=${torch_rate:--}
   if [ "$n" -eq 1 ]; then dtrain_base=$on_rate torch_base=$torch_rate; fi
   rows+=("$(printf '| %s | %s | %s | %s | %s | %s | %s | %s |' "$n" \

@@ -5,6 +5,7 @@ weight decay 5e-5 (configs/resnet50_synthetic.toml), DistributedDataParallel wit
 and gradients as bucket views, one process per GPU.
 
 usage: mpirun -np N [-x MASTER_PORT=P] bench_torch_ddp.py [--batch 128] [--warmup 20] [--steps 100]
+                                                          [--sync-bn]
        bench_torch_ddp.py ...            (one process: the model without DDP)
 Ranks come from Open MPI's environment (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK); the process
 group meets at MASTER_ADDR:MASTER_PORT (default 127.0.0.1:29500).
@@ -26,6 +27,8 @@ def main():
     parser.add_argument("--batch", type=int, default=128, help="images per GPU per step")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--sync-bn", action="store_true",
+                        help="torch.nn.SyncBatchNorm over all ranks (dtrain: model.sync_batchnorm)")
     args = parser.parse_args()
 
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
@@ -40,6 +43,8 @@ def main():
 
     torch.backends.cudnn.benchmark = True
     model = torchvision.models.resnet50().to(device, memory_format=torch.channels_last)
+    if args.sync_bn and world > 1:
+        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     if world > 1:
         model = DistributedDataParallel(model, device_ids=[local_rank], bucket_cap_mb=25,
                                         gradient_as_bucket_view=True)
@@ -66,7 +71,8 @@ def main():
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     if rank == 0:
-        print(f"torch ddp resnet50 {world} GPU(s) batch {args.batch} per GPU bf16 channels_last: "
+        print(f"torch ddp resnet50 {world} GPU(s) batch {args.batch} per GPU bf16 channels_last"
+              f"{' sync_bn' if args.sync_bn else ''}: "
               f"img/s: {args.batch * world * args.steps / seconds:.0f}", flush=True)
     if world > 1:
         dist.destroy_process_group()

@@ -1,12 +1,13 @@
 // SyncBatchNorm against BatchNorm on the whole batch: N ranks holding slices of a batch must
 // compute what one BatchNorm computes on all of it, forward and backward, and DDP with
 // SyncBatchNorm on N ranks of batch b must train exactly as one rank on batch N*b, running
-// statistics included. Float64: tolerance 1e-12.
+// statistics included. Float64: tolerance 1e-12. On MPI (CPU), or on NCCL with
+// DTRAIN_TEST_DEVICE=cuda, where ATen's fused SyncBatchNorm kernels do the arithmetic.
 #include "dist/ddp.h"
 #include "dist/sync_batchnorm.h"
 #include "models/batch_norm.h"
 
-#include "mpi_world.h"
+#include "test_device.h"
 
 #include <catch2/catch.hpp>
 
@@ -14,7 +15,11 @@ using dtrain::models::BatchNorm;
 
 namespace {
 
-std::shared_ptr<dtrain::dist::Communicator> world() { return mpi_world(); }
+std::shared_ptr<dtrain::dist::Communicator> world() {
+  static std::shared_ptr<dtrain::dist::Communicator> communicator =
+      dtrain::dist::make_world_communicator(test_device(), 60.0);
+  return communicator;
+}
 
 double max_difference(const torch::Tensor& a, const torch::Tensor& b) {
   return (a - b).abs().max().item<double>();
@@ -37,7 +42,7 @@ TORCH_MODULE(Net);
 Net make_net() {
   torch::manual_seed(0);
   Net net;
-  net->to(torch::kFloat64);
+  net->to(world()->device(), torch::kFloat64);
   return net;
 }
 
@@ -51,14 +56,18 @@ TEST_CASE("SyncBatchNorm on slices equals BatchNorm on the whole batch, forward 
           "[dist][sync_batchnorm]") {
   auto comm = world();
   const int64_t n = comm->size();
+  const auto format = GENERATE(torch::MemoryFormat::Contiguous, torch::MemoryFormat::ChannelsLast);
   auto gen = at::detail::createCPUGenerator(7);
-  // [N * 3, 4 channels, 2, 5], shifted so that the shift by the running mean matters.
-  const torch::Tensor input = at::randn({n * 3, 4, 2, 5}, gen, torch::kFloat64) * 3.0 + 10.0;
-  const torch::Tensor upstream = at::randn(input.sizes(), gen, torch::kFloat64);
+  // [N * 3, 4 channels, 2, 5], far from zero mean, where a one-pass variance would cancel.
+  const torch::Tensor input = (at::randn({n * 3, 4, 2, 5}, gen, torch::kFloat64) * 3.0 + 10.0)
+                                  .to(comm->device())
+                                  .contiguous(format);
+  const torch::Tensor upstream =
+      at::randn(input.sizes(), gen, torch::kFloat64).to(comm->device()).contiguous(format);
 
   torch::manual_seed(1);
   BatchNorm whole(4);
-  whole->to(torch::kFloat64);
+  whole->to(comm->device(), torch::kFloat64);
   {
     torch::NoGradGuard no_grad;
     whole->weight.uniform_(0.5, 1.5);
@@ -67,7 +76,7 @@ TEST_CASE("SyncBatchNorm on slices equals BatchNorm on the whole batch, forward 
   BatchNorm synced(std::dynamic_pointer_cast<dtrain::models::BatchNormImpl>(whole->clone()));
   REQUIRE(dtrain::dist::enable_sync_batchnorm(*synced, comm) == 1);
 
-  for (int pass = 0; pass < 2; ++pass) {  // the second pass shifts by a non-zero running mean
+  for (int pass = 0; pass < 2; ++pass) {  // the second pass starts from updated running stats
     const torch::Tensor x_whole = input.clone().requires_grad_(true);
     const torch::Tensor y_whole = whole(x_whole);
     (y_whole * upstream).sum().backward();
@@ -81,6 +90,9 @@ TEST_CASE("SyncBatchNorm on slices equals BatchNorm on the whole batch, forward 
     torch::Tensor weight_grad = synced->weight.grad().clone();
     comm->all_reduce(weight_grad, dtrain::dist::ReduceOp::kSum)->wait();
     CHECK(max_difference(weight_grad, whole->weight.grad()) < 1e-12);
+    torch::Tensor bias_grad = synced->bias.grad().clone();
+    comm->all_reduce(bias_grad, dtrain::dist::ReduceOp::kSum)->wait();
+    CHECK(max_difference(bias_grad, whole->bias.grad()) < 1e-12);
     CHECK(max_difference(synced->running_mean, whole->running_mean) < 1e-12);
     CHECK(max_difference(synced->running_var, whole->running_var) < 1e-12);
     CHECK(synced->num_batches_tracked.item<int64_t>() == pass + 1);
@@ -89,13 +101,51 @@ TEST_CASE("SyncBatchNorm on slices equals BatchNorm on the whole batch, forward 
   }
 }
 
+// As under bf16 autocast: bf16 activations, fp32 parameters and statistics.
+TEST_CASE("SyncBatchNorm on bf16 slices matches fp32 BatchNorm on the whole batch",
+          "[dist][sync_batchnorm]") {
+  auto comm = world();
+  const int64_t n = comm->size();
+  auto gen = at::detail::createCPUGenerator(11);
+  const torch::Tensor input =
+      (at::randn({n * 4, 6, 3, 3}, gen, torch::kFloat32) * 2.0 + 5.0).to(torch::kBFloat16);
+  const torch::Tensor upstream = at::randn(input.sizes(), gen, torch::kFloat32);
+
+  BatchNorm whole(6);
+  whole->to(comm->device());
+  BatchNorm synced(std::dynamic_pointer_cast<dtrain::models::BatchNormImpl>(whole->clone()));
+  dtrain::dist::enable_sync_batchnorm(*synced, comm);
+
+  const torch::Tensor x_whole = input.to(comm->device(), torch::kFloat32).requires_grad_(true);
+  const torch::Tensor y_whole = whole(x_whole);
+  (y_whole * upstream.to(comm->device())).sum().backward();
+  const torch::Tensor x_slice =
+      input.narrow(0, comm->rank() * 4, 4).to(comm->device()).requires_grad_(true);
+  const torch::Tensor y_slice = synced(x_slice);
+  (y_slice.to(torch::kFloat32) * upstream.narrow(0, comm->rank() * 4, 4).to(comm->device()))
+      .sum()
+      .backward();
+
+  REQUIRE(y_slice.scalar_type() == torch::kBFloat16);
+  REQUIRE(x_slice.grad().scalar_type() == torch::kBFloat16);
+  // bf16 keeps 8 significant bits: outputs and gradients below 4 round by less than 2^-6.
+  CHECK(max_difference(y_slice.to(torch::kFloat32),
+                       y_whole.narrow(0, comm->rank() * 4, 4).detach()) < 1.0 / 32);
+  CHECK(max_difference(x_slice.grad().to(torch::kFloat32),
+                       x_whole.grad().narrow(0, comm->rank() * 4, 4)) < 1.0 / 32);
+  CHECK(max_difference(synced->running_mean, whole->running_mean) < 1e-5);
+  CHECK(max_difference(synced->running_var, whole->running_var) < 1e-5);
+}
+
 TEST_CASE("DDP with SyncBatchNorm on N ranks trains as one rank on the N-times batch",
           "[dist][sync_batchnorm]") {
   auto comm = world();
   const int64_t n = comm->size();
   auto gen = at::detail::createCPUGenerator(1234);
-  const torch::Tensor x = at::randn({kSteps, n * kPerRank, kIn}, gen, torch::kFloat64);
-  const torch::Tensor y = at::randint(kClasses, {kSteps, n * kPerRank}, gen, torch::kInt64);
+  const torch::Tensor x =
+      at::randn({kSteps, n * kPerRank, kIn}, gen, torch::kFloat64).to(comm->device());
+  const torch::Tensor y =
+      at::randint(kClasses, {kSteps, n * kPerRank}, gen, torch::kInt64).to(comm->device());
 
   Net reference = make_net();
   auto optimizer = sgd(reference->parameters());
