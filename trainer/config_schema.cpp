@@ -129,8 +129,8 @@ std::vector<ConfigKey> config_keys(Config& c) {
       option("model.zero_init_residual", &c.model.zero_init_residual,
            "zero the last BatchNorm gamma of each residual block"),
       option("model.sync_batchnorm", &c.model.sync_batchnorm,
-           "BatchNorm statistics over the global batch (all ranks) in training; costs two "
-           "small all-reduces per layer and step"),
+           "BatchNorm statistics over the global batch (all ranks) in training; costs one "
+           "small all-gather and one small all-reduce per layer and step"),
       option("model.width", &c.model.width, "SimpleCNN channels of the first convolution"),
 
       option("data.dataset", &c.data.dataset,
