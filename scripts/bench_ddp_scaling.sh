@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Data-parallel ResNet-50 scaling on one machine, dtrain against PyTorch DDP in the same call:
-# configs/resnet50_synthetic.toml (batch 128 per GPU, bf16, channels_last, synthetic data on the
-# device) at each GPU count, dtrain's DDP with overlap on and off, and scripts/bench_torch_ddp.py.
+# Data-parallel scaling on one machine, dtrain against PyTorch DDP in the same call: ResNet-50
+# (configs/resnet50_synthetic.toml: batch 128 per GPU, bf16, channels_last, synthetic data on
+# the device) or ResNet-18 on 32x32 images (configs/resnet18_cifar_synthetic.toml, batch 256)
+# at each GPU count, dtrain's DDP with overlap on and off, and scripts/bench_torch_ddp.py.
 # At 1 GPU both sides train without DDP (dtrain: dist.strategy = single).
-#   usage: scripts/bench_ddp_scaling.sh BUILD_DIR OUT_DIR ["1 2 4"]
+#   usage: scripts/bench_ddp_scaling.sh BUILD_DIR OUT_DIR ["1 2 4"] [resnet50|resnet18_cifar]
 # Prints a markdown table; efficiency = img/s at N GPUs / (N x that side's own img/s at 1 GPU).
 # Every run's log and metrics stay in OUT_DIR.
 set -euo pipefail
@@ -12,6 +13,7 @@ mkdir -p "$2"
 out=$(cd "$2" && pwd)
 read -ra counts <<<"${3:-1 2 4}"
 [[ " ${counts[*]} " == *" 1 "* ]] || counts=(1 "${counts[@]}")  # efficiency needs 1 GPU
+model=${4:-resnet50}
 cd "$(dirname "$0")/.."
 . scripts/ddp_bench_lib.sh  # launch, dtrain_run, torch_run, ratio
 
@@ -46,7 +48,7 @@ $off_ms ms/step at $off_busbw GB/s with overlap off")
 done
 
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-echo "ResNet-50 on $gpu: batch 128 per GPU, bf16, channels_last, synthetic data"
+echo "$model on $gpu ($config): bf16, channels_last, synthetic data"
 echo
 echo "| GPUs | dtrain overlap on img/s | eff | exposed ms | overlap off img/s | exposed ms | torch DDP img/s | eff |"
 echo "|---|---|---|---|---|---|---|---|"

@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
-"""PyTorch DDP reference for dtrain's data-parallel ResNet-50 throughput: torchvision ResNet-50,
-synthetic data resident on each GPU, bf16 autocast, channels_last, SGD momentum 0.9, lr 0.1,
-weight decay 5e-5 (configs/resnet50_synthetic.toml), DistributedDataParallel with 25 MiB buckets
-and gradients as bucket views, one process per GPU.
+"""PyTorch DDP reference for dtrain's data-parallel throughput: torchvision ResNet-50 on
+224x224 images (configs/resnet50_synthetic.toml), or ResNet-18 with the small-image stem on
+32x32 images and 10 classes (configs/resnet18_cifar_synthetic.toml); synthetic data resident on
+each GPU, bf16 autocast, channels_last, SGD momentum 0.9, lr 0.1, DistributedDataParallel with
+25 MiB buckets and gradients as bucket views, one process per GPU.
 
-usage: mpirun -np N [-x MASTER_PORT=P] bench_torch_ddp.py [--batch 128] [--warmup 20] [--steps 100]
-                                                          [--sync-bn]
+usage: mpirun -np N [-x MASTER_PORT=P] bench_torch_ddp.py [--model resnet50|resnet18_cifar]
+           [--batch 128] [--warmup 20] [--steps 100] [--sync-bn]
        bench_torch_ddp.py ...            (one process: the model without DDP)
 Ranks come from Open MPI's environment (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK); the process
 group meets at MASTER_ADDR:MASTER_PORT (default 127.0.0.1:29500).
-Prints one line on rank 0: "torch ddp resnet50 N GPU(s) batch B per GPU bf16 channels_last:
+Prints one line on rank 0: "torch ddp MODEL N GPU(s) batch B per GPU bf16 channels_last:
 img/s: X", X over all GPUs.
 """
 import argparse
@@ -22,8 +23,20 @@ import torchvision
 from torch.nn.parallel import DistributedDataParallel
 
 
+def build_model(name):
+    """The model, its image size, its classes and its weight decay, as dtrain's config has them."""
+    if name == "resnet50":
+        return torchvision.models.resnet50(), 224, 1000, 5e-5
+    # dtrain's small stem: a 3x3 stride-1 first convolution and no max-pool.
+    model = torchvision.models.resnet18(num_classes=10)
+    model.conv1 = torch.nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    model.maxpool = torch.nn.Identity()
+    return model, 32, 10, 5e-4
+
+
 def main():
     parser = argparse.ArgumentParser()
+    parser.add_argument("--model", choices=["resnet50", "resnet18_cifar"], default="resnet50")
     parser.add_argument("--batch", type=int, default=128, help="images per GPU per step")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--steps", type=int, default=100)
@@ -42,16 +55,18 @@ def main():
         dist.init_process_group("nccl", rank=rank, world_size=world, device_id=device)
 
     torch.backends.cudnn.benchmark = True
-    model = torchvision.models.resnet50().to(device, memory_format=torch.channels_last)
+    model, image_size, classes, weight_decay = build_model(args.model)
+    model = model.to(device, memory_format=torch.channels_last)
     if args.sync_bn and world > 1:
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     if world > 1:
         model = DistributedDataParallel(model, device_ids=[local_rank], bucket_cap_mb=25,
                                         gradient_as_bucket_view=True)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-5)
-    images = torch.randn(args.batch, 3, 224, 224, device=device).to(
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9,
+                                weight_decay=weight_decay)
+    images = torch.randn(args.batch, 3, image_size, image_size, device=device).to(
         memory_format=torch.channels_last)
-    labels = torch.randint(0, 1000, (args.batch,), device=device)
+    labels = torch.randint(0, classes, (args.batch,), device=device)
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -71,7 +86,7 @@ def main():
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     if rank == 0:
-        print(f"torch ddp resnet50 {world} GPU(s) batch {args.batch} per GPU bf16 channels_last"
+        print(f"torch ddp {args.model} {world} GPU(s) batch {args.batch} per GPU bf16 channels_last"
               f"{' sync_bn' if args.sync_bn else ''}: "
               f"img/s: {args.batch * world * args.steps / seconds:.0f}", flush=True)
     if world > 1:

@@ -1,8 +1,22 @@
 # Shared by the data-parallel benchmarks (bench_ddp_scaling.sh, bench_sync_batchnorm.sh):
 # launching one process per GPU and reading back dtrain's and PyTorch's throughput.
-# Source it from the project root with $build (the build directory) and $out (the output
-# directory) set; it sources scripts/gpu_env.sh (NCCL_NVLS_ENABLE=0, mpirun as root).
+# Source it from the project root with $build (the build directory), $out (the output
+# directory) and optionally $model set; it sources scripts/gpu_env.sh (NCCL_NVLS_ENABLE=0,
+# mpirun as root).
 . scripts/gpu_env.sh
+
+# The benchmarked model: dtrain's config, and the same model in scripts/bench_torch_ddp.py.
+case "${model:=resnet50}" in
+  resnet50)
+    config=configs/resnet50_synthetic.toml
+    torch_args=(--batch 128 --warmup 20 --steps 100)
+    ;;
+  resnet18_cifar)
+    config=configs/resnet18_cifar_synthetic.toml
+    torch_args=(--batch 256 --warmup 50 --steps 300)
+    ;;
+  *) echo "unknown model '$model' (resnet50 or resnet18_cifar)" >&2; exit 2 ;;
+esac
 
 launch() {  # N COMMAND...: one process per GPU, NCCL's environment passed to every rank
   local n=$1
@@ -12,12 +26,11 @@ launch() {  # N COMMAND...: one process per GPU, NCCL's environment passed to ev
 }
 
 # N NAME --set ... -> "img/s exposed_ms comm_ms busbw_gbps" from rank 0's metrics.jsonl of
-# configs/resnet50_synthetic.toml, averaged over the logged intervals after the first ("-"
-# where a field is absent).
+# $config, averaged over the logged intervals after the first ("-" where a field is absent).
 dtrain_run() {
   local n=$1 name=$2
   shift 2
-  launch "$n" "$build/trainer" --config configs/resnet50_synthetic.toml \
+  launch "$n" "$build/trainer" --config "$config" \
     --set run.out_dir="$out" --set run.name="$name" "$@" >"$out/$name.log" 2>&1 \
     || { tail -30 "$out/$name.log" >&2; return 1; }
   # The first interval holds cuDNN's algorithm search and NCCL's connection set-up.
@@ -35,7 +48,7 @@ PY
 torch_run() {  # N NAME [bench_torch_ddp.py options] -> img/s
   local n=$1 log="$out/$2.log"
   shift 2
-  launch "$n" python3 scripts/bench_torch_ddp.py --batch 128 --warmup 20 --steps 100 "$@" \
+  launch "$n" python3 scripts/bench_torch_ddp.py --model "$model" "${torch_args[@]}" "$@" \
     >"$log" 2>&1 || { tail -30 "$log" >&2; return 1; }
   sed -n 's/.*img\/s: \([0-9.]*\).*/\1/p' "$log"
 }
