@@ -1,5 +1,6 @@
 #include "dist/sync_batchnorm.h"
 
+#include "common/error.h"
 #include "dist/sync_batchnorm_kernels.h"
 #include "models/batch_norm.h"
 
@@ -19,7 +20,7 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     const torch::Tensor x = input.contiguous(input.suggest_memory_format());
     const int64_t channels = x.size(1);
     const int64_t count = x.numel() / channels;
-    TORCH_CHECK(count > 0, "SyncBatchNorm got an empty batch");
+    DTRAIN_CHECK(count > 0, "SyncBatchNorm got an empty batch");
     const double eps = layer->options().eps;
 
     auto [mean, invstd] = sync_bn::local_stats(x, eps);

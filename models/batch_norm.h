@@ -1,9 +1,9 @@
 // BatchNorm over the channels (dim 1) of [N, C, ...] inputs, with PyTorch's parameter and
 // buffer names (weight, bias, running_mean, running_var, num_batches_tracked), so checkpoints
-// stay torchvision's. Without a statistics reducer it is torch::nn::BatchNorm2d (the same
-// ATen/cuDNN kernel). dist::enable_sync_batchnorm replaces its training forward by
-// SyncBatchNorm's, which normalises with the statistics of the global batch; the models know
-// nothing of communicators: the replacement is all they see.
+// stay torchvision's. By default it is torch::nn::BatchNorm2d (the same ATen/cuDNN kernel).
+// dist::enable_sync_batchnorm replaces its training forward by SyncBatchNorm's, which
+// normalises with the statistics of the global batch; the models know nothing of
+// communicators: the replacement is all they see.
 #pragma once
 
 #include <torch/torch.h>
