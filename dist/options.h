@@ -27,12 +27,22 @@ struct DdpOptions {
   FieldErrors validate() const;
 };
 
+// [dist.zero]: ZeRO, the optimizer state (stage 1) sharded over the ranks.
+struct ZeroOptions {
+  // 1: optimizer state sharded. Stages 2 (gradients) and 3 (parameters) are not built yet.
+  int64_t stage = 1;
+
+  FieldErrors validate() const;
+};
+
 struct DistOptions {
-  // How ranks cooperate. "single": one rank, no communication; "ddp": data parallel.
+  // How ranks cooperate. "single": one rank, no communication; "ddp": data parallel; "zero":
+  // data parallel with sharded optimizer state.
   std::string strategy = "single";
   // Upper bound on any collective; a rank that never joins ends the job after this long.
   double timeout_s = 300.0;
   DdpOptions ddp;
+  ZeroOptions zero;
 
   FieldErrors validate() const;
 };

@@ -47,7 +47,11 @@ class Strategy {
   virtual std::vector<torch::Tensor> gradient_owners() = 0;
   // The update, with learning rate `lr`, then gradients are cleared for the next step.
   virtual void step(double lr) = 0;
-  // Optimizer state this rank holds, written under / read from checkpoint directory `dir`.
+  // On every rank before rank 0 writes a checkpoint: a strategy whose optimizer state is
+  // sharded over the ranks gathers it here for save().
+  virtual void prepare_checkpoint() {}
+  // Optimizer state, written by rank 0 under checkpoint directory `dir`; read back by every
+  // rank.
   virtual void save(const std::string& dir) const = 0;
   virtual void load(const std::string& dir) = 0;
   // Only for strategies that communicate (single returns nothing).

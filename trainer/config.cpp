@@ -151,6 +151,12 @@ void check_cross_fields(const Config& config, const toml::table& root, Problems&
                              "\"fp32\" on CPU",
                              config.train.precision));
   }
+  if (config.dist.strategy == "zero" && config.train.precision == "fp16") {
+    const toml::node* node = root.at_path("train.precision").node();
+    problems.add("train.precision", node ? node->source() : toml::source_region{},
+                 "fp16 loss scaling is not available with dist.strategy = \"zero\" (each rank "
+                 "sees only its own gradients); use \"bf16\"");
+  }
   if (config.model.name == "simple_cnn" && config.model.zero_init_residual) {
     log::warn("model.zero_init_residual has no effect on simple_cnn (it has no residual blocks)");
   }

@@ -186,7 +186,8 @@ std::vector<ConfigKey> config_keys(Config& c) {
       option("schedule.power", &c.schedule.power, "poly decay exponent"),
 
       option("dist.strategy", &c.dist.strategy,
-           "how ranks cooperate: \"single\" (one rank) or \"ddp\" (data parallel)"),
+           "how ranks cooperate: \"single\" (one rank), \"ddp\" (data parallel) or \"zero\" "
+           "(data parallel, optimizer state sharded over the ranks)"),
       option("dist.timeout_s", &c.dist.timeout_s,
            "bound on any collective; a rank that never joins ends the job"),
       option("dist.ddp.bucket_mb", &c.dist.ddp.bucket_mb, "gradient MiB per all-reduce bucket"),
@@ -199,6 +200,8 @@ std::vector<ConfigKey> config_keys(Config& c) {
            "\"average\" over ranks, or \"local\""),
       option("dist.ddp.find_unused", &c.dist.ddp.find_unused,
            "reduce parameters that got no gradient as zeros instead of stopping"),
+      option("dist.zero.stage", &c.dist.zero.stage,
+           "ZeRO stage: 1 shards the optimizer state (stages 2 and 3 are not built yet)"),
   };
 }
 

@@ -199,8 +199,11 @@ class Trainer {
   }
 
   void checkpoint() {
-    // Every rank holds the same state (single, DDP): rank 0 writes it.
-    if (config_.train.keep_checkpoints == 0 || s_.world.rank != 0) return;
+    if (config_.train.keep_checkpoints == 0) return;
+    // Rank 0 writes the model (the same on every rank) and the optimizer state, which a
+    // sharding strategy first gathers from every rank.
+    s_.strategy->prepare_checkpoint();
+    if (s_.world.rank != 0) return;
     checkpointer_.save({step_, step_ / s_.steps_per_epoch}, *s_.model, *s_.strategy,
                        to_toml(config_));
     interval_start_ = Clock::now();

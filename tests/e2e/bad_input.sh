@@ -35,6 +35,8 @@ done
 expect_failure "truncated dataset" "truncated" -- \
   --set data.path="$tmp/truncated" --set train.max_steps=1
 
+expect_failure "ZeRO stage 2" "ZeRO stage 2 is not available" -- \
+  --set dist.strategy=zero --set dist.zero.stage=2
 expect_failure "batch larger than the dataset" "exceeds the 60000 training samples" -- \
   --set data.batch_size=100000 --set train.max_steps=1 --set run.device=cpu
 command -v nvidia-smi >/dev/null || expect_failure "cuda on a machine without it" "no CUDA device is usable" -- \

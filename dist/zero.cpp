@@ -1,0 +1,217 @@
+#include "dist/zero.h"
+
+#include "common/error.h"
+#include "common/log.h"
+#include "dist/coalesced.h"
+#include "optim/lamb.h"
+
+#include <fmt/format.h>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace dtrain::dist {
+
+namespace {
+
+// Points `tensor` (the module's own parameter object) at `flat`'s storage from `offset`.
+void move_into(torch::Tensor& tensor, const torch::Tensor& flat, int64_t offset) {
+  flat.narrow(0, offset, tensor.numel()).copy_(tensor.reshape({-1}));
+  tensor.set_(flat.storage(), flat.storage_offset() + offset, tensor.sizes(),
+              tensor.contiguous().strides());
+}
+
+std::string state_file(const std::string& dir, int rank) {
+  return fmt::format("{}/optimizer.rank{}.pt", dir, rank);
+}
+
+// The partition the state files follow: ZeroPartition::first, as an int64 tensor.
+std::string partition_file(const std::string& dir) { return dir + "/zero_partition.pt"; }
+
+}  // namespace
+
+ZeroStrategy::ZeroStrategy(ZeroOptions options, std::shared_ptr<Communicator> comm)
+    : options_(std::move(options)), comm_(std::move(comm)) {
+  if (!comm_->device().is_cpu()) {
+    throw UserError(
+        "dist.strategy = \"zero\" runs on CPU ranks only in this version: its NCCL path has not "
+        "been validated on GPUs yet; use dist.strategy = \"ddp\" on GPUs");
+  }
+}
+
+void ZeroStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) {
+  for (const auto& item : model.named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    names_.push_back(item.key());
+    params_.push_back(item.value());
+  }
+  DTRAIN_CHECK(!params_.empty(), "dist.strategy = \"zero\": the model has no trainable parameters");
+  for (const torch::Tensor& param : params_) {
+    if (param.scalar_type() != params_.front().scalar_type()) {
+      throw UserError(fmt::format(
+          "dist.strategy = \"zero\" needs every parameter in one dtype: {} is {}, {} is {}",
+          names_.front(), c10::toString(params_.front().scalar_type()), names_.back(),
+          c10::toString(param.scalar_type())));
+    }
+  }
+  buffers_ = model.buffers();
+  std::vector<torch::Tensor> state = params_;
+  state.insert(state.end(), buffers_.begin(), buffers_.end());
+  torch::NoGradGuard no_grad;
+  broadcast_coalesced(*comm_, state, 0);
+
+  std::vector<int64_t> numels;
+  for (const torch::Tensor& param : params_) numels.push_back(param.numel());
+  partition_ = partition_parameters(numels, comm_->size());
+  const auto options = params_.front().options().requires_grad(false);
+  const int64_t flat_numel = partition_.shard_numel * comm_->size();
+  flat_params_ = torch::zeros({flat_numel}, options);
+  flat_grads_ = torch::zeros({flat_numel}, options);
+  shard_grads_ = torch::zeros({partition_.shard_numel}, options);
+  for (size_t i = 0; i < params_.size(); ++i) move_into(params_[i], flat_params_, partition_.offset[i]);
+
+  const int rank = comm_->rank();
+  for (int64_t i = partition_.first[rank]; i < partition_.first[rank + 1]; ++i) {
+    owned_.push_back(params_[i]);
+  }
+  optimizer_ = make_optimizer(owned_);
+  // Per-tensor norms need nothing (every tensor is whole on its owner); LAMB's gradient
+  // clipping needs the norm over all ranks' gradients. In float64, which every rank has even
+  // when it owns no gradient (LAMB then passes a float zero).
+  if (auto* lamb = dynamic_cast<optim::Lamb*>(optimizer_.get())) {
+    lamb->set_grad_norm_reducer([comm = comm_](const torch::Tensor& local) {
+      torch::Tensor sum = local.to(torch::kFloat64).contiguous().clone();
+      comm->all_reduce(sum, ReduceOp::kSum)->wait();
+      return sum.to(local.scalar_type());
+    });
+  }
+  log::debug("zero: rank {} owns {} of {} parameters, {} elements a shard", rank, owned_.size(),
+             params_.size(), partition_.shard_numel);
+}
+
+void ZeroStrategy::before_forward(int64_t step) {
+  if (step > 0) sync_buffers();  // step 0: attach() broadcast them
+}
+
+void ZeroStrategy::before_eval() { sync_buffers(); }
+
+void ZeroStrategy::sync_buffers() {
+  if (buffers_.empty()) return;
+  torch::NoGradGuard no_grad;
+  broadcast_coalesced(*comm_, buffers_, 0);
+}
+
+void ZeroStrategy::after_backward(bool last_micro_step) {
+  if (!last_micro_step) return;  // autograd accumulates the micro-steps' gradients
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    torch::Tensor view = flat_grads_.narrow(0, partition_.offset[i], params_[i].numel());
+    const torch::Tensor& grad = params_[i].grad();
+    if (grad.defined()) {
+      view.copy_(grad.reshape({-1}));
+    } else {
+      view.zero_();
+    }
+  }
+  current_.works.push_back(comm_->reduce_scatter(flat_grads_, shard_grads_, ReduceOp::kAverage));
+  current_.works.back()->wait();
+  current_.bytes = flat_grads_.numel() * static_cast<int64_t>(flat_grads_.element_size());
+  // This rank's parameters take their averaged gradients as views into the shard.
+  const int rank = comm_->rank();
+  const int64_t region = rank * partition_.shard_numel;
+  for (int64_t i = partition_.first[rank]; i < partition_.first[rank + 1]; ++i) {
+    params_[i].mutable_grad() = shard_grads_.narrow(0, partition_.offset[i] - region,
+                                                    params_[i].numel())
+                                    .view(params_[i].sizes());
+  }
+}
+
+void ZeroStrategy::step(double lr) {
+  for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+  optimizer_->step();
+  for (torch::Tensor& param : params_) param.mutable_grad().reset();
+  {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor own =
+        flat_params_.narrow(0, comm_->rank() * partition_.shard_numel, partition_.shard_numel)
+            .clone();
+    current_.works.push_back(comm_->all_gather(own, flat_params_));
+    current_.works.back()->wait();
+  }
+  last_ = std::move(current_);
+  current_ = {};
+}
+
+void ZeroStrategy::prepare_checkpoint() {
+  // Sizes first, then every rank's bytes padded to the largest, in one all-gather each.
+  std::ostringstream stream;
+  torch::serialize::OutputArchive archive;
+  optimizer_->save(archive);
+  archive.save_to(stream);
+  const std::string bytes = stream.str();
+  torch::Tensor sizes = torch::zeros({comm_->size()}, torch::kInt64);
+  comm_->all_gather(torch::tensor({static_cast<int64_t>(bytes.size())}), sizes)->wait();
+  const int64_t longest = sizes.max().item<int64_t>();
+  torch::Tensor mine = torch::zeros({longest}, torch::kUInt8);
+  std::memcpy(mine.data_ptr(), bytes.data(), bytes.size());
+  torch::Tensor all = torch::empty({comm_->size() * longest}, torch::kUInt8);
+  comm_->all_gather(mine, all)->wait();
+  gathered_state_.clear();
+  for (int r = 0; r < comm_->size(); ++r) {
+    const auto* begin = all.data_ptr<uint8_t>() + r * longest;
+    gathered_state_.emplace_back(begin, begin + sizes[r].item<int64_t>());
+  }
+}
+
+void ZeroStrategy::save(const std::string& dir) const {
+  DTRAIN_CHECK(static_cast<int>(gathered_state_.size()) == comm_->size(),
+               "zero: save() without prepare_checkpoint() on every rank");
+  for (int r = 0; r < comm_->size(); ++r) {
+    std::ofstream out(state_file(dir, r), std::ios::binary);
+    out << gathered_state_[r];
+    if (!out) throw UserError(fmt::format("{}: cannot write", state_file(dir, r)));
+  }
+  torch::save(torch::tensor(partition_.first, torch::kInt64), partition_file(dir));
+}
+
+void ZeroStrategy::load(const std::string& dir) {
+  for (const std::string& file : {partition_file(dir), state_file(dir, comm_->rank())}) {
+    if (!std::filesystem::exists(file)) {
+      throw UserError(fmt::format("{}: missing; not a checkpoint of dist.strategy = \"zero\" "
+                                  "on {} ranks",
+                                  file, comm_->size()));
+    }
+  }
+  torch::Tensor saved;
+  torch::load(saved, partition_file(dir));
+  const std::vector<int64_t> first(saved.data_ptr<int64_t>(),
+                                   saved.data_ptr<int64_t>() + saved.numel());
+  if (first != partition_.first) {
+    throw UserError(fmt::format(
+        "{}: ZeRO optimizer state written by {} ranks for another partition; this run has {} "
+        "ranks: resume with the same ranks and model",
+        dir, static_cast<int64_t>(first.size()) - 1, comm_->size()));
+  }
+  torch::serialize::InputArchive archive;
+  archive.load_from(state_file(dir, comm_->rank()));
+  optimizer_->load(archive);
+}
+
+std::optional<StepStats> ZeroStrategy::stats() const {
+  if (last_.works.empty()) return std::nullopt;
+  StepStats stats;
+  stats.bytes = last_.bytes;
+  stats.collectives = static_cast<int64_t>(last_.works.size());
+  for (const auto& work : last_.works) stats.comm_ms += work->started()->ms_until(*work->finished());
+  stats.exposed_ms = stats.comm_ms;  // not overlapped in this version
+  const double n = comm_->size();
+  if (stats.comm_ms > 0.0) {
+    // A reduce-scatter and an all-gather move what one all-reduce moves.
+    stats.busbw_gbps =
+        static_cast<double>(stats.bytes) / (stats.comm_ms * 1e-3) * 2.0 * (n - 1) / n / 1e9;
+  }
+  return stats;
+}
+
+}  // namespace dtrain::dist

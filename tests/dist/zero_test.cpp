@@ -1,0 +1,225 @@
+// ZeRO stage 1 against one rank on the whole batch: N ranks of batch b, each keeping optimizer
+// state for its own parameters only, must take exactly the steps one rank takes on batch N*b,
+// with every optimizer (LARS and LAMB need whole-tensor norms; LAMB's clipping a global one),
+// with gradient accumulation, and across a checkpoint. Float64: tolerance 1e-12.
+#include "common/error.h"
+#include "dist/zero.h"
+#include "optim/optimizer.h"
+
+#include "mpi_world.h"
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+using dtrain::dist::partition_parameters;
+using dtrain::dist::ZeroOptions;
+using dtrain::dist::ZeroStrategy;
+using Catch::Matchers::Contains;
+
+namespace {
+
+std::shared_ptr<dtrain::dist::Communicator> world() { return mpi_world(); }
+
+constexpr int64_t kIn = 6, kHidden = 10, kClasses = 3, kPerRank = 4, kSteps = 4;
+
+struct NetImpl : torch::nn::Module {
+  NetImpl() {
+    body = register_module("body", torch::nn::Linear(kIn, kHidden));
+    middle = register_module("middle", torch::nn::Linear(kHidden, kHidden));
+    head = register_module("head", torch::nn::Linear(kHidden, kClasses));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    return head(torch::tanh(middle(torch::tanh(body(x)))));
+  }
+  torch::nn::Linear body{nullptr}, middle{nullptr}, head{nullptr};
+};
+TORCH_MODULE(Net);
+
+Net make_net() {
+  torch::manual_seed(0);
+  Net net;
+  net->to(torch::kFloat64);
+  return net;
+}
+
+dtrain::optim::OptimizerOptions optimizer_options(const std::string& name) {
+  dtrain::optim::OptimizerOptions options;
+  options.name = name;
+  options.lr = name == "adamw" || name == "lamb" ? 0.01 : 0.1;
+  options.weight_decay = 1e-2;
+  options.decay_norm_and_bias = false;  // two parameter groups
+  options.trust_coefficient = 0.02;
+  if (name == "lamb") options.max_grad_norm = 0.5;  // clipping on the global gradient norm
+  return options;
+}
+
+struct Data {
+  torch::Tensor x, y;  // [steps, world * kPerRank, ...], the same on every rank
+};
+Data make_data(int64_t world_size) {
+  auto gen = at::detail::createCPUGenerator(4321);
+  return {at::randn({kSteps, world_size * kPerRank, kIn}, gen, torch::kFloat64),
+          at::randint(kClasses, {kSteps, world_size * kPerRank}, gen, torch::kInt64)};
+}
+
+Net train_reference(const Data& data, const dtrain::optim::OptimizerOptions& options) {
+  Net net = make_net();
+  auto optimizer = dtrain::optim::make_optimizer(options, net->parameters());
+  for (int64_t step = 0; step < kSteps; ++step) {
+    optimizer->zero_grad();
+    torch::nn::functional::cross_entropy(net->forward(data.x[step]), data.y[step]).backward();
+    optimizer->step();
+  }
+  return net;
+}
+
+// ZeRO steps [from, to) of `data` at `lr`, `micro` micro-steps each, on this rank's slice.
+void train_zero(Net& net, ZeroStrategy& strategy, const Data& data, int64_t from, int64_t to,
+                double lr, int64_t micro = 1) {
+  const int64_t rank = world()->rank();
+  const int64_t per_micro = kPerRank / micro;
+  for (int64_t step = from; step < to; ++step) {
+    strategy.before_forward(step);
+    for (int64_t m = 0; m < micro; ++m) {
+      const int64_t begin = rank * kPerRank + m * per_micro;
+      strategy.before_backward(m + 1 == micro);
+      const torch::Tensor loss = torch::nn::functional::cross_entropy(
+          net->forward(data.x[step].narrow(0, begin, per_micro)),
+          data.y[step].narrow(0, begin, per_micro));
+      (loss / static_cast<double>(micro)).backward();
+      strategy.after_backward(m + 1 == micro);
+    }
+    strategy.step(lr);
+  }
+}
+
+std::unique_ptr<ZeroStrategy> attach_zero(Net& net, const dtrain::optim::OptimizerOptions& options) {
+  auto strategy = std::make_unique<ZeroStrategy>(ZeroOptions{}, world());
+  strategy->attach(*net, [options](const std::vector<torch::Tensor>& params) {
+    return dtrain::optim::make_optimizer(options, params);
+  });
+  return strategy;
+}
+
+double max_difference(Net& a, Net& b) {
+  double worst = 0.0;
+  const auto pa = a->parameters(), pb = b->parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    worst = std::max(worst, (pa[i] - pb[i]).abs().max().item<double>());
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO partitions whole tensors, contiguous and balanced", "[dist][zero]") {
+  const std::vector<int64_t> numels = {5, 1, 7, 3, 100, 2, 0, 40};
+  const int64_t total = std::accumulate(numels.begin(), numels.end(), int64_t{0});
+  for (int ranks = 1; ranks <= 9; ++ranks) {
+    INFO("ranks " << ranks);
+    const auto partition = partition_parameters(numels, ranks);
+    REQUIRE(partition.first.size() == static_cast<size_t>(ranks + 1));
+    CHECK(partition.first.front() == 0);
+    CHECK(partition.first.back() == static_cast<int64_t>(numels.size()));
+    CHECK(std::is_sorted(partition.first.begin(), partition.first.end()));
+    CHECK(partition.shard_numel * ranks >= total);
+    CHECK(partition.shard_numel <= (total + ranks - 1) / ranks + 100);  // + the largest tensor
+    for (size_t i = 0; i < numels.size(); ++i) {
+      const int owner = partition.owner(static_cast<int64_t>(i));
+      CHECK(partition.first[owner] <= static_cast<int64_t>(i));
+      CHECK(static_cast<int64_t>(i) < partition.first[owner + 1]);
+      CHECK(partition.offset[i] >= owner * partition.shard_numel);
+      CHECK(partition.offset[i] + numels[i] <= (owner + 1) * partition.shard_numel);
+    }
+  }
+  // Two ranks split 100 + 100 evenly rather than 200 | 0.
+  CHECK(partition_parameters({100, 100}, 2).shard_numel == 100);
+}
+
+TEST_CASE("ZeRO-1 on N ranks equals one rank on the N-times batch", "[dist][zero]") {
+  const std::string name = GENERATE("sgd", "adamw", "lars", "lamb");
+  INFO("optimizer " << name);
+  const auto options = optimizer_options(name);
+  const Data data = make_data(world()->size());
+  Net reference = train_reference(data, options);
+
+  Net net = make_net();
+  auto strategy = attach_zero(net, options);
+  train_zero(net, *strategy, data, 0, kSteps, options.lr);
+  CHECK(max_difference(net, reference) < 1e-12);
+
+  // Optimizer state only for this rank's parameters.
+  int64_t owned = 0, total = 0;
+  for (const auto& p : net->parameters()) total += p.numel();
+  for (const auto& group : strategy->optimizer().param_groups()) {
+    for (const auto& p : group.params()) owned += p.numel();
+  }
+  const auto& partition = strategy->partition();
+  CHECK(owned <= partition.shard_numel);
+  if (world()->size() > 1) CHECK(owned < total);
+}
+
+TEST_CASE("ZeRO-1 with accumulation: 2 micro-steps of b/2 equal 1 step of b", "[dist][zero]") {
+  const auto options = optimizer_options("sgd");
+  const Data data = make_data(world()->size());
+  Net reference = train_reference(data, options);
+  Net net = make_net();
+  auto strategy = attach_zero(net, options);
+  train_zero(net, *strategy, data, 0, kSteps, options.lr, /*micro=*/2);
+  CHECK(max_difference(net, reference) < 1e-12);
+}
+
+TEST_CASE("ZeRO-1 resumes from its sharded checkpoint", "[dist][zero]") {
+  const auto options = optimizer_options("adamw");
+  const Data data = make_data(world()->size());
+  Net reference = train_reference(data, options);
+
+  // All ranks agree on one directory: rank 0's.
+  const std::string dir = "zero_checkpoint_test";
+  if (world()->rank() == 0) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  Net first = make_net();
+  auto before = attach_zero(first, options);
+  train_zero(first, *before, data, 0, 2, options.lr);
+  before->prepare_checkpoint();
+  if (world()->rank() == 0) before->save(dir);
+  torch::Tensor done = torch::zeros({1});
+  world()->all_reduce(done, dtrain::dist::ReduceOp::kSum)->wait();  // the files exist now
+
+  // A fresh model with the first half's weights, and a fresh strategy loading the state.
+  Net resumed = make_net();
+  {
+    torch::NoGradGuard no_grad;
+    const auto from = first->parameters(), to = resumed->parameters();
+    for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
+  }
+  auto after = attach_zero(resumed, options);
+  after->load(dir);
+  train_zero(resumed, *after, data, 2, kSteps, options.lr);
+  CHECK(max_difference(resumed, reference) < 1e-12);
+}
+
+TEST_CASE("ZeRO-1 rejects a checkpoint of another partition", "[dist][zero]") {
+  const std::string dir = "zero_foreign_checkpoint_test";
+  if (world()->rank() == 0) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const std::vector<int64_t> ten_ranks = {0, 1, 2, 3, 4, 5, 6, 6, 6, 6, 6};
+    torch::save(torch::tensor(ten_ranks), dir + "/zero_partition.pt");
+    for (int r = 0; r < world()->size(); ++r) {
+      std::ofstream(dir + "/optimizer.rank" + std::to_string(r) + ".pt") << "x";
+    }
+  }
+  torch::Tensor done = torch::zeros({1});
+  world()->all_reduce(done, dtrain::dist::ReduceOp::kSum)->wait();
+  Net net = make_net();
+  auto strategy = attach_zero(net, optimizer_options("sgd"));
+  CHECK_THROWS_WITH(strategy->load(dir), Contains("written by 10 ranks") &&
+                                             Contains("resume with the same ranks and model"));
+  CHECK_THROWS_WITH(strategy->load("no_such_dir"), Contains("missing"));
+}

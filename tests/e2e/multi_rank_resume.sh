@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# DDP and ZeRO-1 over 2 ranks: 6 steps, checkpoint, resume, 6 more steps gives bitwise the
+# weights of 12 straight steps (momentum, sharded or not, and BatchNorm statistics restored on
+# every rank).
+#   usage: ... TRAINER SOURCE_DIR
+set -euo pipefail
+trainer=$1 source=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+run() {  # OUT_DIR [ARGS...]
+  local out=$1
+  shift
+  "$source/scripts/mpirun.sh" -np 2 --oversubscribe "$trainer" \
+    --config "$source/configs/fashion_mnist.toml" --set run.out_dir="$out" --set run.name=r \
+    --set train.max_steps=12 --set train.checkpoint_every=6 --set train.keep_checkpoints=5 \
+    --set data.batch_size=16 --set model.width=8 --set schedule.warmup_epochs=0.002 \
+    --set run.log_every=6 "$@" >"$out.log" 2>&1 || { cat "$out.log"; exit 1; }
+}
+for strategy in ddp zero; do
+  run "$tmp/$strategy-straight" --set dist.strategy=$strategy
+  mkdir -p "$tmp/$strategy-resumed/r/checkpoints"
+  cp -r "$tmp/$strategy-straight/r/checkpoints/step_00000006" "$tmp/$strategy-resumed/r/checkpoints/"
+  run "$tmp/$strategy-resumed" --set dist.strategy=$strategy --resume
+  grep -q "resumed from .*step_00000006 at step 6" "$tmp/$strategy-resumed.log" \
+    || { cat "$tmp/$strategy-resumed.log"; exit 1; }
+  cmp "$tmp/$strategy-straight/r/checkpoints/step_00000012/model.pt" \
+      "$tmp/$strategy-resumed/r/checkpoints/step_00000012/model.pt"
+  echo "ok: resumed $strategy run matches the straight run bitwise"
+done
