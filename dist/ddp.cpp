@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "dist/coalesced.h"
 #include "dist/optimizer_state.h"
+#include "optim/state_bytes.h"
 
 #include <fmt/format.h>
 #include <torch/csrc/autograd/function.h>
@@ -278,6 +279,8 @@ void DdpStrategy::replan_from_observed_order() {
 void DdpStrategy::save(const std::string& dir) const { save_optimizer(*optimizer_, dir); }
 
 void DdpStrategy::load(const std::string& dir) { load_optimizer(*optimizer_, dir); }
+
+int64_t DdpStrategy::optimizer_state_bytes() const { return optim::state_bytes(*optimizer_); }
 
 std::optional<StepStats> DdpStrategy::stats() const {
   if (!last_.backward_end) return std::nullopt;

@@ -41,6 +41,7 @@ class DdpStrategy : public Strategy {
   void step(double lr) override;
   void save(const std::string& dir) const override;
   void load(const std::string& dir) override;
+  int64_t optimizer_state_bytes() const override;
   std::optional<StepStats> stats() const override;
 
   // The current bucket plan (indices into model.parameters()), in launch order.

@@ -1,6 +1,7 @@
 #include "dist/single.h"
 
 #include "dist/optimizer_state.h"
+#include "optim/state_bytes.h"
 
 namespace dtrain::dist {
 
@@ -18,5 +19,7 @@ void SingleStrategy::step(double lr) {
 void SingleStrategy::save(const std::string& dir) const { save_optimizer(*optimizer_, dir); }
 
 void SingleStrategy::load(const std::string& dir) { load_optimizer(*optimizer_, dir); }
+
+int64_t SingleStrategy::optimizer_state_bytes() const { return optim::state_bytes(*optimizer_); }
 
 }  // namespace dtrain::dist

@@ -13,6 +13,7 @@ class SingleStrategy : public Strategy {
   void step(double lr) override;
   void save(const std::string& dir) const override;
   void load(const std::string& dir) override;
+  int64_t optimizer_state_bytes() const override;
 
  private:
   std::vector<torch::Tensor> params_;

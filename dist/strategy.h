@@ -56,6 +56,8 @@ class Strategy {
   virtual void load(const std::string& dir) = 0;
   // Only for strategies that communicate (single returns nothing).
   virtual std::optional<StepStats> stats() const { return std::nullopt; }
+  // Bytes of optimizer state this rank holds (optim::state_bytes): what sharding saves.
+  virtual int64_t optimizer_state_bytes() const = 0;
 };
 
 }  // namespace dtrain::dist

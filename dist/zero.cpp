@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "dist/coalesced.h"
 #include "optim/lamb.h"
+#include "optim/state_bytes.h"
 
 #include <fmt/format.h>
 #include <cstring>
@@ -197,6 +198,8 @@ void ZeroStrategy::load(const std::string& dir) {
   archive.load_from(state_file(dir, comm_->rank()));
   optimizer_->load(archive);
 }
+
+int64_t ZeroStrategy::optimizer_state_bytes() const { return optim::state_bytes(*optimizer_); }
 
 std::optional<StepStats> ZeroStrategy::stats() const {
   if (last_.works.empty()) return std::nullopt;

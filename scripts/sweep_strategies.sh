@@ -7,7 +7,8 @@
 #     --config FILE                the job (default configs/fashion_mnist.toml)
 #   Further --set options go to every run (e.g. --set run.device=cuda).
 # Each rank keeps the config's per-rank batch, so N ranks train on N times the global batch.
-# Writes OUT_DIR/sweep.csv and prints it as a markdown table; scripts/plot_sweep.py draws it.
+# Writes OUT_DIR/sweep.csv (step time, communication, optimizer state held by rank 0) and
+# prints it as a markdown table; scripts/plot_sweep.py draws it.
 # Figures: averages over the logged intervals after the first (start-up and first-step
 # allocation excluded); "vs single" is the step time over `single`'s at 1 rank.
 set -euo pipefail
@@ -28,7 +29,8 @@ while (($#)); do
 done
 cd "$(dirname "$0")/.."
 
-echo "ranks,strategy,step_ms,img_per_s,comm_ms,exposed_ms,comm_mb,loss" >"$out/sweep.csv"
+echo "ranks,strategy,step_ms,img_per_s,comm_ms,exposed_ms,comm_mb,optimizer_state_mb,loss" \
+  >"$out/sweep.csv"
 for n in $ranks; do
   for strategy in $strategies; do
     [ "$strategy" = single ] && [ "$n" -ne 1 ] && continue
@@ -50,7 +52,7 @@ def mean(key, digits, scale=1.0):
     return f"{sum(values) / len(values):.{digits}f}" if values else ""
 print(",".join([sys.argv[2], sys.argv[3], mean("time/step_ms", 2),
                 mean("throughput/img_per_s", 0), mean("comm/ms", 2), mean("comm/exposed_ms", 2),
-                mean("comm/bytes", 3, 1 / 2**20),
+                mean("comm/bytes", 3, 1 / 2**20), mean("memory/optimizer_state_mb", 3),
                 f"{steps[-1]['loss/train']:.4f}" if steps else ""]))
 PY
   done
@@ -60,10 +62,12 @@ python3 - "$out/sweep.csv" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 base = next((float(r["step_ms"]) for r in rows if r["strategy"] == "single" and r["step_ms"]), None)
-print("| ranks | strategy | step ms | vs single | img/s | comm ms | exposed ms | MiB reduced | loss |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| ranks | strategy | step ms | vs single | img/s | comm ms | exposed ms | MiB reduced "
+      "| optimizer state MiB (rank 0) | loss |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     ratio = f"{float(r['step_ms']) / base:.2f}" if base and r["step_ms"] else "-"
     print(f"| {r['ranks']} | {r['strategy']} | {r['step_ms']} | {ratio} | {r['img_per_s']} | "
-          f"{r['comm_ms'] or '-'} | {r['exposed_ms'] or '-'} | {r['comm_mb'] or '-'} | {r['loss']} |")
+          f"{r['comm_ms'] or '-'} | {r['exposed_ms'] or '-'} | {r['comm_mb'] or '-'} | "
+          f"{r['optimizer_state_mb']} | {r['loss']} |")
 PY

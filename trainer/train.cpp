@@ -141,7 +141,10 @@ class Trainer {
                            {"loss/train", loss},
                            {"lr", lr},
                            {"throughput/img_per_s", img_per_s},
-                           {"time/step_ms", 1e3 * seconds / steps}};
+                           {"time/step_ms", 1e3 * seconds / steps},
+                           // Rank 0's share, where the strategy shards it.
+                           {"memory/optimizer_state_mb",
+                            static_cast<double>(s_.strategy->optimizer_state_bytes()) / (1 << 20)}};
     if (const std::optional<dist::StepStats> comm = s_.strategy->stats()) {
       // Of the interval's last step (reading them may wait for the device).
       fields.push_back({"comm/bytes", static_cast<double>(comm->bytes)});

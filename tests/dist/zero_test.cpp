@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "dist/zero.h"
 #include "optim/optimizer.h"
+#include "optim/state_bytes.h"
 
 #include "mpi_world.h"
 
@@ -65,7 +66,9 @@ Data make_data(int64_t world_size) {
           at::randint(kClasses, {kSteps, world_size * kPerRank}, gen, torch::kInt64)};
 }
 
-Net train_reference(const Data& data, const dtrain::optim::OptimizerOptions& options) {
+// `state_bytes`, if given, receives the bytes of optimizer state one rank holds for the model.
+Net train_reference(const Data& data, const dtrain::optim::OptimizerOptions& options,
+                    int64_t* state_bytes = nullptr) {
   Net net = make_net();
   auto optimizer = dtrain::optim::make_optimizer(options, net->parameters());
   for (int64_t step = 0; step < kSteps; ++step) {
@@ -73,6 +76,7 @@ Net train_reference(const Data& data, const dtrain::optim::OptimizerOptions& opt
     torch::nn::functional::cross_entropy(net->forward(data.x[step]), data.y[step]).backward();
     optimizer->step();
   }
+  if (state_bytes) *state_bytes = dtrain::optim::state_bytes(*optimizer);
   return net;
 }
 
@@ -144,22 +148,25 @@ TEST_CASE("ZeRO-1 on N ranks equals one rank on the N-times batch", "[dist][zero
   INFO("optimizer " << name);
   const auto options = optimizer_options(name);
   const Data data = make_data(world()->size());
-  Net reference = train_reference(data, options);
+  int64_t whole_state = 0;
+  Net reference = train_reference(data, options, &whole_state);
 
   Net net = make_net();
   auto strategy = attach_zero(net, options);
   train_zero(net, *strategy, data, 0, kSteps, options.lr);
   CHECK(max_difference(net, reference) < 1e-12);
 
-  // Optimizer state only for this rank's parameters.
-  int64_t owned = 0, total = 0;
-  for (const auto& p : net->parameters()) total += p.numel();
-  for (const auto& group : strategy->optimizer().param_groups()) {
-    for (const auto& p : group.params()) owned += p.numel();
-  }
-  const auto& partition = strategy->partition();
-  CHECK(owned <= partition.shard_numel);
-  if (world()->size() > 1) CHECK(owned < total);
+  // The ranks' optimizer states partition the whole model's: together exactly one copy, each
+  // rank at most its share's worth (the state per element is the same everywhere).
+  const int64_t mine = strategy->optimizer_state_bytes();
+  torch::Tensor together = torch::tensor({mine});
+  world()->all_reduce(together, dtrain::dist::ReduceOp::kSum)->wait();
+  CHECK(together.item<int64_t>() == whole_state);
+  const auto params = net->parameters();
+  const int64_t total =
+      std::accumulate(params.begin(), params.end(), int64_t{0},
+                      [](int64_t sum, const torch::Tensor& p) { return sum + p.numel(); });
+  CHECK(mine * total <= whole_state * strategy->partition().shard_numel);
 }
 
 TEST_CASE("ZeRO-1 with accumulation: 2 micro-steps of b/2 equal 1 step of b", "[dist][zero]") {
