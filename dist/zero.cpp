@@ -5,12 +5,15 @@
 #include "dist/coalesced.h"
 #include "optim/lamb.h"
 #include "optim/state_bytes.h"
+#include "optim/state_key.h"
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <type_traits>
 
 namespace dtrain::dist {
 
@@ -76,6 +79,7 @@ void ZeroStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make
   for (int64_t i = partition_.first[rank]; i < partition_.first[rank + 1]; ++i) {
     owned_.push_back(params_[i]);
   }
+  make_optimizer_ = make_optimizer;
   optimizer_ = make_optimizer(owned_);
   // Per-tensor norms need nothing (every tensor is whole on its owner); LAMB's gradient
   // clipping needs the norm over all ranks' gradients. In float64, which every rank has even
@@ -177,26 +181,49 @@ void ZeroStrategy::save(const std::string& dir) const {
 }
 
 void ZeroStrategy::load(const std::string& dir) {
-  for (const std::string& file : {partition_file(dir), state_file(dir, comm_->rank())}) {
-    if (!std::filesystem::exists(file)) {
-      throw UserError(fmt::format("{}: missing; not a checkpoint of dist.strategy = \"zero\" "
-                                  "on {} ranks",
-                                  file, comm_->size()));
-    }
+  if (!std::filesystem::exists(partition_file(dir))) {
+    throw UserError(fmt::format("{}: missing; not a checkpoint of dist.strategy = \"zero\"",
+                                partition_file(dir)));
   }
   torch::Tensor saved;
   torch::load(saved, partition_file(dir));
   const std::vector<int64_t> first(saved.data_ptr<int64_t>(),
                                    saved.data_ptr<int64_t>() + saved.numel());
-  if (first != partition_.first) {
-    throw UserError(fmt::format(
-        "{}: ZeRO optimizer state written by {} ranks for another partition; this run has {} "
-        "ranks: resume with the same ranks and model",
-        dir, static_cast<int64_t>(first.size()) - 1, comm_->size()));
+  const int saved_ranks = static_cast<int>(first.size()) - 1;
+  if (saved_ranks < 1 || first.back() != static_cast<int64_t>(params_.size())) {
+    throw UserError(fmt::format("{}: ZeRO state of a model with {} parameter tensors; this "
+                                "model has {}",
+                                dir, first.empty() ? 0 : first.back(), params_.size()));
   }
-  torch::serialize::InputArchive archive;
-  archive.load_from(state_file(dir, comm_->rank()));
-  optimizer_->load(archive);
+  // Any number of ranks may have written it: each parameter's state is whole on its old owner.
+  // Rebuild each old owner's optimizer over the same tensors, load its file, and take over the
+  // states of the parameters this rank owns now (states are keyed by the parameter tensor).
+  const int rank = comm_->rank();
+  const int64_t mine_begin = partition_.first[rank], mine_end = partition_.first[rank + 1];
+  for (int old = 0; old < saved_ranks; ++old) {
+    const int64_t begin = std::max(first[old], mine_begin), end = std::min(first[old + 1], mine_end);
+    if (begin >= end) continue;
+    const std::string file = state_file(dir, old);
+    if (!std::filesystem::exists(file)) {
+      throw UserError(fmt::format("{}: missing; the checkpoint is incomplete", file));
+    }
+    const std::vector<torch::Tensor> old_params(params_.begin() + first[old],
+                                                params_.begin() + first[old + 1]);
+    std::unique_ptr<torch::optim::Optimizer> old_optimizer = make_optimizer_(old_params);
+    torch::serialize::InputArchive archive;
+    archive.load_from(file);
+    old_optimizer->load(archive);
+    auto& old_state = old_optimizer->state();
+    using Key = std::decay_t<decltype(old_state)>::key_type;
+    for (int64_t i = begin; i < end; ++i) {
+      const Key key = optim::state_key<Key>(params_[i]);
+      const auto found = old_state.find(key);
+      if (found != old_state.end()) optimizer_->state()[key] = found->second->clone();
+    }
+  }
+  if (saved_ranks != comm_->size()) {
+    log::info("zero: optimizer state of {} ranks resharded over {}", saved_ranks, comm_->size());
+  }
 }
 
 int64_t ZeroStrategy::optimizer_state_bytes() const { return optim::state_bytes(*optimizer_); }

@@ -56,6 +56,7 @@ class ZeroStrategy : public Strategy {
   torch::Tensor flat_params_;  // [ranks * shard_numel]; every parameter is a view into it
   torch::Tensor flat_grads_;   // the same layout, filled after backward
   torch::Tensor shard_grads_;  // [shard_numel]: this rank's averaged gradients
+  OptimizerFactory make_optimizer_;  // load() rebuilds the writers' optimizers with it
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   // Every rank's serialized optimizer state, gathered by prepare_checkpoint() for rank 0.
   std::vector<std::string> gathered_state_;
