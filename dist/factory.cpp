@@ -20,7 +20,7 @@ std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
     return std::make_unique<SingleStrategy>();
   }
   if (options.strategy == "ddp") return std::make_unique<DdpStrategy>(options.ddp, world);
-  if (options.strategy == "zero") return std::make_unique<ZeroStrategy>(options.zero, world);
+  if (options.strategy == "zero") return std::make_unique<ZeroStrategy>(world);
   throw UserError("dist.strategy: \"" + options.strategy + "\" is not available in this build");
 }
 

@@ -8,6 +8,7 @@
 #include "optim/state_key.h"
 
 #include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -35,8 +36,7 @@ std::string partition_file(const std::string& dir) { return dir + "/zero_partiti
 
 }  // namespace
 
-ZeroStrategy::ZeroStrategy(ZeroOptions options, std::shared_ptr<Communicator> comm)
-    : options_(std::move(options)), comm_(std::move(comm)) {
+ZeroStrategy::ZeroStrategy(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)) {
   if (!comm_->device().is_cpu()) {
     throw UserError(
         "dist.strategy = \"zero\" runs on CPU ranks only in this version: its NCCL path has not "
@@ -51,12 +51,12 @@ void ZeroStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make
     params_.push_back(item.value());
   }
   DTRAIN_CHECK(!params_.empty(), "dist.strategy = \"zero\": the model has no trainable parameters");
-  for (const torch::Tensor& param : params_) {
-    if (param.scalar_type() != params_.front().scalar_type()) {
+  for (size_t i = 1; i < params_.size(); ++i) {
+    if (params_[i].scalar_type() != params_.front().scalar_type()) {
       throw UserError(fmt::format(
           "dist.strategy = \"zero\" needs every parameter in one dtype: {} is {}, {} is {}",
-          names_.front(), c10::toString(params_.front().scalar_type()), names_.back(),
-          c10::toString(param.scalar_type())));
+          names_.front(), c10::toString(params_.front().scalar_type()), names_[i],
+          c10::toString(params_[i].scalar_type())));
     }
   }
   buffers_ = model.buffers();
@@ -73,7 +73,9 @@ void ZeroStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make
   flat_params_ = torch::zeros({flat_numel}, options);
   flat_grads_ = torch::zeros({flat_numel}, options);
   shard_grads_ = torch::zeros({partition_.shard_numel}, options);
-  for (size_t i = 0; i < params_.size(); ++i) move_into(params_[i], flat_params_, partition_.offset[i]);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    move_into(params_[i], flat_params_, partition_.offset[i]);
+  }
 
   const int rank = comm_->rank();
   for (int64_t i = partition_.first[rank]; i < partition_.first[rank + 1]; ++i) {
@@ -163,6 +165,7 @@ void ZeroStrategy::prepare_checkpoint() {
   torch::Tensor all = torch::empty({comm_->size() * longest}, torch::kUInt8);
   comm_->all_gather(mine, all)->wait();
   gathered_state_.clear();
+  if (comm_->rank() != 0) return;  // only rank 0 writes
   for (int r = 0; r < comm_->size(); ++r) {
     const auto* begin = all.data_ptr<uint8_t>() + r * longest;
     gathered_state_.emplace_back(begin, begin + sizes[r].item<int64_t>());
@@ -201,7 +204,8 @@ void ZeroStrategy::load(const std::string& dir) {
   const int rank = comm_->rank();
   const int64_t mine_begin = partition_.first[rank], mine_end = partition_.first[rank + 1];
   for (int old = 0; old < saved_ranks; ++old) {
-    const int64_t begin = std::max(first[old], mine_begin), end = std::min(first[old + 1], mine_end);
+    const int64_t begin = std::max(first[old], mine_begin);
+    const int64_t end = std::min(first[old + 1], mine_end);
     if (begin >= end) continue;
     const std::string file = state_file(dir, old);
     if (!std::filesystem::exists(file)) {
@@ -233,7 +237,9 @@ std::optional<StepStats> ZeroStrategy::stats() const {
   StepStats stats;
   stats.bytes = last_.bytes;
   stats.collectives = static_cast<int64_t>(last_.works.size());
-  for (const auto& work : last_.works) stats.comm_ms += work->started()->ms_until(*work->finished());
+  for (const auto& work : last_.works) {
+    stats.comm_ms += work->started()->ms_until(*work->finished());
+  }
   stats.exposed_ms = stats.comm_ms;  // not overlapped in this version
   const double n = comm_->size();
   if (stats.comm_ms > 0.0) {

@@ -15,7 +15,6 @@
 #pragma once
 
 #include "dist/comm/communicator.h"
-#include "dist/options.h"
 #include "dist/strategy.h"
 #include "dist/zero_partition.h"
 
@@ -27,7 +26,8 @@ namespace dtrain::dist {
 
 class ZeroStrategy : public Strategy {
  public:
-  ZeroStrategy(ZeroOptions options, std::shared_ptr<Communicator> comm);
+  // dist.zero's options are validated by the config; stage 1 is the only one.
+  explicit ZeroStrategy(std::shared_ptr<Communicator> comm);
 
   std::string name() const override { return "zero"; }
   void attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) override;
@@ -48,7 +48,6 @@ class ZeroStrategy : public Strategy {
  private:
   void sync_buffers();
 
-  ZeroOptions options_;
   std::shared_ptr<Communicator> comm_;
   std::vector<std::string> names_;
   std::vector<torch::Tensor> params_, owned_, buffers_;
@@ -58,7 +57,7 @@ class ZeroStrategy : public Strategy {
   torch::Tensor shard_grads_;  // [shard_numel]: this rank's averaged gradients
   OptimizerFactory make_optimizer_;  // load() rebuilds the writers' optimizers with it
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  // Every rank's serialized optimizer state, gathered by prepare_checkpoint() for rank 0.
+  // On rank 0: every rank's serialized optimizer state, gathered by prepare_checkpoint().
   std::vector<std::string> gathered_state_;
   struct StepRecord {
     std::vector<std::unique_ptr<Work>> works;  // reduce-scatter, all-gather (waited)

@@ -38,7 +38,8 @@ for n in $ranks; do
     if ! scripts/mpirun.sh -np "$n" --oversubscribe --bind-to none "$build/trainer" \
       --config "$config" --set run.out_dir="$out" --set run.name="$name" \
       --set dist.strategy="$strategy" --set train.max_steps="$steps" \
-      --set run.log_every=$((steps / 5 > 0 ? steps / 5 : 1)) "${sets[@]}" >"$out/$name.log" 2>&1; then
+      --set run.log_every=$((steps / 5 > 0 ? steps / 5 : 1)) "${sets[@]}" \
+      >"$out/$name.log" 2>&1; then
       echo "$name failed:" >&2
       tail -5 "$out/$name.log" >&2
       continue

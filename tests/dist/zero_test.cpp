@@ -16,7 +16,6 @@
 #include <numeric>
 
 using dtrain::dist::partition_parameters;
-using dtrain::dist::ZeroOptions;
 using dtrain::dist::ZeroStrategy;
 using Catch::Matchers::Contains;
 
@@ -104,7 +103,7 @@ void train_zero(Net& net, ZeroStrategy& strategy, const Data& data, int64_t from
 std::unique_ptr<ZeroStrategy> attach_zero(
     Net& net, const dtrain::optim::OptimizerOptions& options,
     std::shared_ptr<dtrain::dist::Communicator> comm = world()) {
-  auto strategy = std::make_unique<ZeroStrategy>(ZeroOptions{}, std::move(comm));
+  auto strategy = std::make_unique<ZeroStrategy>(std::move(comm));
   strategy->attach(*net, [options](const std::vector<torch::Tensor>& params) {
     return dtrain::optim::make_optimizer(options, params);
   });
