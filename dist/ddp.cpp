@@ -56,6 +56,7 @@ void DdpStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_
     broadcast_coalesced(*comm_, state, 0);
   }
   flatten_buffers();
+  make_optimizer_ = make_optimizer;
   optimizer_ = make_optimizer(params_);
 
   // Backward produces gradients roughly in reverse order of registration: the first guess.
@@ -278,7 +279,10 @@ void DdpStrategy::replan_from_observed_order() {
 
 void DdpStrategy::save(const std::string& dir) const { save_optimizer(*optimizer_, dir); }
 
-void DdpStrategy::load(const std::string& dir) { load_optimizer(*optimizer_, dir); }
+void DdpStrategy::load(const std::string& dir) {
+  load_optimizer_state(dir, params_, 0, static_cast<int64_t>(params_.size()), make_optimizer_,
+                       *optimizer_);
+}
 
 int64_t DdpStrategy::optimizer_state_bytes() const { return optim::state_bytes(*optimizer_); }
 

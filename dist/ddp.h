@@ -81,6 +81,7 @@ class DdpStrategy : public Strategy {
   // The buffers live in one flat tensor per dtype, so a sync is one collective each, no copies.
   std::vector<torch::Tensor> flat_buffers_;
   bool poll_in_hooks_ = false;  // MPI progresses a collective only inside MPI calls
+  OptimizerFactory make_optimizer_;  // load() rebuilds a sharded writer's optimizers with it
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
 
   BucketPlan plan_;

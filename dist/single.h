@@ -17,6 +17,7 @@ class SingleStrategy : public Strategy {
 
  private:
   std::vector<torch::Tensor> params_;
+  OptimizerFactory make_optimizer_;  // load() rebuilds a sharded writer's optimizers with it
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
 };
 

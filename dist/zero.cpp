@@ -3,18 +3,15 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "dist/coalesced.h"
+#include "dist/optimizer_state.h"
 #include "optim/lamb.h"
 #include "optim/state_bytes.h"
-#include "optim/state_key.h"
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <type_traits>
 
 namespace dtrain::dist {
 
@@ -26,13 +23,6 @@ void move_into(torch::Tensor& tensor, const torch::Tensor& flat, int64_t offset)
   tensor.set_(flat.storage(), flat.storage_offset() + offset, tensor.sizes(),
               tensor.contiguous().strides());
 }
-
-std::string state_file(const std::string& dir, int rank) {
-  return fmt::format("{}/optimizer.rank{}.pt", dir, rank);
-}
-
-// The partition the state files follow: ZeroPartition::first, as an int64 tensor.
-std::string partition_file(const std::string& dir) { return dir + "/zero_partition.pt"; }
 
 }  // namespace
 
@@ -176,58 +166,18 @@ void ZeroStrategy::save(const std::string& dir) const {
   DTRAIN_CHECK(static_cast<int>(gathered_state_.size()) == comm_->size(),
                "zero: save() without prepare_checkpoint() on every rank");
   for (int r = 0; r < comm_->size(); ++r) {
-    std::ofstream out(state_file(dir, r), std::ios::binary);
+    std::ofstream out(zero_state_file(dir, r), std::ios::binary);
     out << gathered_state_[r];
-    if (!out) throw UserError(fmt::format("{}: cannot write", state_file(dir, r)));
+    if (!out) throw UserError(fmt::format("{}: cannot write", zero_state_file(dir, r)));
   }
-  torch::save(torch::tensor(partition_.first, torch::kInt64), partition_file(dir));
+  torch::save(torch::tensor(partition_.first, torch::kInt64), zero_partition_file(dir));
 }
 
 void ZeroStrategy::load(const std::string& dir) {
-  if (!std::filesystem::exists(partition_file(dir))) {
-    throw UserError(fmt::format("{}: missing; not a checkpoint of dist.strategy = \"zero\"",
-                                partition_file(dir)));
-  }
-  torch::Tensor saved;
-  torch::load(saved, partition_file(dir));
-  const std::vector<int64_t> first(saved.data_ptr<int64_t>(),
-                                   saved.data_ptr<int64_t>() + saved.numel());
-  const int saved_ranks = static_cast<int>(first.size()) - 1;
-  if (saved_ranks < 1 || first.back() != static_cast<int64_t>(params_.size())) {
-    throw UserError(fmt::format("{}: ZeRO state of a model with {} parameter tensors; this "
-                                "model has {}",
-                                dir, first.empty() ? 0 : first.back(), params_.size()));
-  }
-  // Any number of ranks may have written it: each parameter's state is whole on its old owner.
-  // Rebuild each old owner's optimizer over the same tensors, load its file, and take over the
-  // states of the parameters this rank owns now (states are keyed by the parameter tensor).
+  // Any layout and any number of writers (optimizer_state.h): this rank takes its own states.
   const int rank = comm_->rank();
-  const int64_t mine_begin = partition_.first[rank], mine_end = partition_.first[rank + 1];
-  for (int old = 0; old < saved_ranks; ++old) {
-    const int64_t begin = std::max(first[old], mine_begin);
-    const int64_t end = std::min(first[old + 1], mine_end);
-    if (begin >= end) continue;
-    const std::string file = state_file(dir, old);
-    if (!std::filesystem::exists(file)) {
-      throw UserError(fmt::format("{}: missing; the checkpoint is incomplete", file));
-    }
-    const std::vector<torch::Tensor> old_params(params_.begin() + first[old],
-                                                params_.begin() + first[old + 1]);
-    std::unique_ptr<torch::optim::Optimizer> old_optimizer = make_optimizer_(old_params);
-    torch::serialize::InputArchive archive;
-    archive.load_from(file);
-    old_optimizer->load(archive);
-    auto& old_state = old_optimizer->state();
-    using Key = std::decay_t<decltype(old_state)>::key_type;
-    for (int64_t i = begin; i < end; ++i) {
-      const Key key = optim::state_key<Key>(params_[i]);
-      const auto found = old_state.find(key);
-      if (found != old_state.end()) optimizer_->state()[key] = found->second->clone();
-    }
-  }
-  if (saved_ranks != comm_->size()) {
-    log::info("zero: optimizer state of {} ranks resharded over {}", saved_ranks, comm_->size());
-  }
+  load_optimizer_state(dir, params_, partition_.first[rank], partition_.first[rank + 1],
+                       make_optimizer_, *optimizer_);
 }
 
 int64_t ZeroStrategy::optimizer_state_bytes() const { return optim::state_bytes(*optimizer_); }

@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/log.h"
 #include "models/export.h"
 
 #include <fmt/format.h>
@@ -91,10 +92,11 @@ CheckpointInfo Checkpointer::load(const std::string& path, torch::nn::Module& mo
   } catch (const toml::parse_error& e) {
     throw UserError(fmt::format("{}/state.toml: unreadable: {}", path, e.description()));
   }
+  // Every strategy reads every strategy's optimizer state (dist/optimizer_state.h).
   const std::string saved_strategy = state["strategy"].value_or(std::string());
   if (saved_strategy != strategy.name()) {
-    throw UserError(fmt::format("{}: written by strategy \"{}\", this run uses \"{}\"", path,
-                                saved_strategy, strategy.name()));
+    log::info("{}: written by strategy \"{}\", resumed under \"{}\"", path, saved_strategy,
+              strategy.name());
   }
   models::load_state_dict(model, (dir / "model.pt").string());
   strategy.load(path);

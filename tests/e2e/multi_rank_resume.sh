@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # DDP and ZeRO-1 over 2 ranks: 6 steps, checkpoint, resume, 6 more steps gives bitwise the
 # weights of 12 straight steps (momentum, sharded or not, and BatchNorm statistics restored on
-# every rank).
+# every rank); and so does a DDP checkpoint resumed under ZeRO-1.
 #   usage: ... TRAINER SOURCE_DIR
 set -euo pipefail
 trainer=$1 source=$2
@@ -27,3 +27,11 @@ for strategy in ddp zero; do
       "$tmp/$strategy-resumed/r/checkpoints/step_00000012/model.pt"
   echo "ok: resumed $strategy run matches the straight run bitwise"
 done
+mkdir -p "$tmp/ddp-to-zero/r/checkpoints"
+cp -r "$tmp/ddp-straight/r/checkpoints/step_00000006" "$tmp/ddp-to-zero/r/checkpoints/"
+run "$tmp/ddp-to-zero" --set dist.strategy=zero --resume
+grep -q 'written by strategy "ddp", resumed under "zero"' "$tmp/ddp-to-zero.log" \
+  || { cat "$tmp/ddp-to-zero.log"; exit 1; }
+cmp "$tmp/ddp-straight/r/checkpoints/step_00000012/model.pt" \
+    "$tmp/ddp-to-zero/r/checkpoints/step_00000012/model.pt"
+echo "ok: a DDP checkpoint resumed under ZeRO-1 matches the straight DDP run bitwise"
