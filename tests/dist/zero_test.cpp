@@ -112,6 +112,25 @@ std::unique_ptr<ZeroStrategy> attach_zero(
   return strategy;
 }
 
+// An empty directory `name`, made by rank 0 (the ranks share a filesystem); the caller orders
+// later reads after it with a collective.
+std::string fresh_directory(const std::string& name) {
+  if (world()->rank() == 0) {
+    std::filesystem::remove_all(name);
+    std::filesystem::create_directories(name);
+  }
+  return name;
+}
+
+// A new model holding `trained`'s current weights.
+Net copy_of(Net& trained) {
+  Net copy = make_net();
+  torch::NoGradGuard no_grad;
+  const auto from = trained->parameters(), to = copy->parameters();
+  for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
+  return copy;
+}
+
 double max_difference(Net& a, Net& b) {
   double worst = 0.0;
   const auto pa = a->parameters(), pb = b->parameters();
@@ -188,12 +207,7 @@ TEST_CASE("ZeRO-1 resumes from its sharded checkpoint", "[dist][zero]") {
   const Data data = make_data(world()->size());
   Net reference = train_reference(data, options);
 
-  // All ranks agree on one directory: rank 0's.
-  const std::string dir = "zero_checkpoint_test";
-  if (world()->rank() == 0) {
-    std::filesystem::remove_all(dir);
-    std::filesystem::create_directories(dir);
-  }
+  const std::string dir = fresh_directory("zero_checkpoint_test");
   Net first = make_net();
   auto before = attach_zero(first, options);
   train(first, *before, data, 0, 2, options.lr);
@@ -203,12 +217,7 @@ TEST_CASE("ZeRO-1 resumes from its sharded checkpoint", "[dist][zero]") {
   world()->all_reduce(done, dtrain::dist::ReduceOp::kSum)->wait();  // the files exist now
 
   // A fresh model with the first half's weights, and a fresh strategy loading the state.
-  Net resumed = make_net();
-  {
-    torch::NoGradGuard no_grad;
-    const auto from = first->parameters(), to = resumed->parameters();
-    for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
-  }
+  Net resumed = copy_of(first);
   auto after = attach_zero(resumed, options);
   after->load(dir);
   train(resumed, *after, data, 2, kSteps, options.lr);
@@ -234,11 +243,7 @@ TEST_CASE("ZeRO-1 resumes on another number of ranks", "[dist][zero]") {
     }
   }
 
-  const std::string dir = "zero_reshard_test";
-  if (world()->rank() == 0) {
-    std::filesystem::remove_all(dir);
-    std::filesystem::create_directories(dir);
-  }
+  const std::string dir = fresh_directory("zero_reshard_test");
   const bool writer = world()->rank() < writers;
   std::shared_ptr<dtrain::dist::Communicator> group =
       world()->split(writer ? 0 : 1, world()->rank());
@@ -266,11 +271,7 @@ TEST_CASE("ZeRO-1 and DDP resume from each other's checkpoints", "[dist][zero]")
   };
   const bool ddp_first = GENERATE(true, false);
   INFO((ddp_first ? "ddp, then zero" : "zero, then ddp"));
-  const std::string dir = "zero_ddp_checkpoint_test";
-  if (world()->rank() == 0) {
-    std::filesystem::remove_all(dir);
-    std::filesystem::create_directories(dir);
-  }
+  const std::string dir = fresh_directory("zero_ddp_checkpoint_test");
 
   auto make = [](bool ddp) -> std::unique_ptr<dtrain::dist::Strategy> {
     if (!ddp) return std::make_unique<ZeroStrategy>(world());
@@ -284,12 +285,7 @@ TEST_CASE("ZeRO-1 and DDP resume from each other's checkpoints", "[dist][zero]")
   if (world()->rank() == 0) before->save(dir);
   before.reset();  // DDP's gradient hooks go with it
 
-  Net resumed = make_net();
-  {
-    torch::NoGradGuard no_grad;
-    const auto from = net->parameters(), to = resumed->parameters();
-    for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
-  }
+  Net resumed = copy_of(net);
   auto after = make(!ddp_first);
   after->attach(*resumed, factory);  // collective: orders the loads after rank 0's save
   after->load(dir);
@@ -298,10 +294,8 @@ TEST_CASE("ZeRO-1 and DDP resume from each other's checkpoints", "[dist][zero]")
 }
 
 TEST_CASE("ZeRO-1 rejects a checkpoint of another model", "[dist][zero]") {
-  const std::string dir = "zero_foreign_checkpoint_test";
+  const std::string dir = fresh_directory("zero_foreign_checkpoint_test");
   if (world()->rank() == 0) {
-    std::filesystem::remove_all(dir);
-    std::filesystem::create_directories(dir);
     torch::save(torch::tensor(std::vector<int64_t>{0, 1}), dir + "/zero_partition.pt");
   }
   torch::Tensor done = torch::zeros({1});
