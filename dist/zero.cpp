@@ -96,7 +96,9 @@ void ZeroStrategy::before_eval() { sync_buffers(); }
 void ZeroStrategy::sync_buffers() {
   if (buffers_.empty()) return;
   torch::NoGradGuard no_grad;
-  broadcast_coalesced(*comm_, buffers_, 0);
+  for (auto& work : broadcast_coalesced(*comm_, buffers_, 0)) {
+    current_.buffer_works.push_back(std::move(work));
+  }
 }
 
 void ZeroStrategy::after_backward(bool last_micro_step) {
@@ -184,18 +186,23 @@ int64_t ZeroStrategy::optimizer_state_bytes() const { return optim::state_bytes(
 
 std::optional<StepStats> ZeroStrategy::stats() const {
   if (last_.works.empty()) return std::nullopt;
+  auto total_ms = [](const std::vector<std::unique_ptr<Work>>& works) {
+    double ms = 0.0;
+    for (const auto& work : works) ms += work->started()->ms_until(*work->finished());
+    return ms;
+  };
+  const double gradient_ms = total_ms(last_.works);
   StepStats stats;
   stats.bytes = last_.bytes;
-  stats.collectives = static_cast<int64_t>(last_.works.size());
-  for (const auto& work : last_.works) {
-    stats.comm_ms += work->started()->ms_until(*work->finished());
-  }
-  stats.exposed_ms = stats.comm_ms;  // not overlapped in this version
+  stats.collectives = static_cast<int64_t>(last_.works.size() + last_.buffer_works.size());
+  // Counted as DDP counts them: buffer broadcasts too, and none of it is overlapped here.
+  stats.comm_ms = gradient_ms + total_ms(last_.buffer_works);
+  stats.exposed_ms = stats.comm_ms;
   const double n = comm_->size();
-  if (stats.comm_ms > 0.0) {
+  if (gradient_ms > 0.0) {
     // A reduce-scatter and an all-gather move what one all-reduce moves.
     stats.busbw_gbps =
-        static_cast<double>(stats.bytes) / (stats.comm_ms * 1e-3) * 2.0 * (n - 1) / n / 1e9;
+        static_cast<double>(stats.bytes) / (gradient_ms * 1e-3) * 2.0 * (n - 1) / n / 1e9;
   }
   return stats;
 }

@@ -61,6 +61,7 @@ class ZeroStrategy : public Strategy {
   std::vector<std::string> gathered_state_;
   struct StepRecord {
     std::vector<std::unique_ptr<Work>> works;  // reduce-scatter, all-gather (waited)
+    std::vector<std::unique_ptr<Work>> buffer_works;  // BatchNorm buffer broadcasts
     int64_t bytes = 0;
   };
   StepRecord current_, last_;

@@ -190,6 +190,13 @@ TEST_CASE("ZeRO-1 on N ranks equals one rank on the N-times batch", "[dist][zero
       std::accumulate(params.begin(), params.end(), int64_t{0},
                       [](int64_t sum, const torch::Tensor& p) { return sum + p.numel(); });
   CHECK(mine * total <= whole_state * strategy->partition().shard_numel);
+
+  // The last step's communication: one reduce-scatter and one all-gather of the flat buffer.
+  const auto stats = strategy->stats();
+  REQUIRE(stats.has_value());
+  CHECK(stats->collectives == 2);
+  CHECK(stats->bytes == strategy->partition().shard_numel * world()->size() * 8);
+  CHECK(stats->exposed_ms == stats->comm_ms);
 }
 
 TEST_CASE("ZeRO-1 with accumulation: 2 micro-steps of b/2 equal 1 step of b", "[dist][zero]") {
