@@ -1,6 +1,7 @@
-// Optimizers against float64 references derived here from the update rules, parameter groups
-// and set_lr.
+// Optimizers against float64 references derived here from the update rules, parameter groups,
+// set_lr and the size of their state.
 #include "optim/optimizer.h"
+#include "optim/state_bytes.h"
 
 #include <catch2/catch.hpp>
 
@@ -211,3 +212,23 @@ TEST_CASE("unknown optimizer names are user errors", "[optim][groups]") {
                     Catch::Matchers::Contains("lion") && Catch::Matchers::Contains("lars"));
   CHECK_FALSE(options.validate().empty());
 }
+
+TEST_CASE("state_bytes counts each optimizer's state per parameter element", "[optim][state]") {
+  // Momentum: one buffer per parameter; Adam moments: two.
+  const std::vector<std::pair<std::string, int64_t>> copies = {
+      {"sgd", 1}, {"adamw", 2}, {"lars", 1}, {"lamb", 2}};
+  for (const auto& [name, per_element] : copies) {
+    INFO("optimizer " << name);
+    OptimizerOptions options;
+    options.name = name;
+    const std::vector<torch::Tensor> params = {
+        torch::randn({4, 5}, torch::requires_grad()),
+        torch::randn({5}, torch::dtype(torch::kFloat64).requires_grad(true))};
+    auto optimizer = make_optimizer(options, params);
+    CHECK(dtrain::optim::state_bytes(*optimizer) == 0);  // state comes with the first step
+    for (const auto& param : params) param.sum().backward();
+    optimizer->step();
+    CHECK(dtrain::optim::state_bytes(*optimizer) == per_element * (20 * 4 + 5 * 8));
+  }
+}
+
