@@ -1,8 +1,8 @@
 #include "dist/factory.h"
 
-#include "dist/ddp.h"
+#include "dist/ddp/ddp.h"
 #include "dist/single.h"
-#include "dist/zero.h"
+#include "dist/zero/zero.h"
 
 #include <fmt/format.h>
 
@@ -17,7 +17,7 @@ std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
           "dist.strategy = \"ddp\", or start one rank",
           world->size()));
     }
-    return std::make_unique<SingleStrategy>();
+    return std::make_unique<SingleStrategy>(world);
   }
   if (options.strategy == "ddp") return std::make_unique<DdpStrategy>(options.ddp, world);
   if (options.strategy == "zero") return std::make_unique<ZeroStrategy>(world);

@@ -1,63 +1,104 @@
 // The strategy seam: the training loop calls a Strategy at fixed points and knows nothing
-// else of how workers cooperate. `single` (one rank, no communication) is a strategy too.
+// else of how ranks cooperate. `single` (one rank, no communication) is a strategy too.
+// Besides the step, a strategy owns everything that depends on it: each rank's role, which
+// ranks take data, how metrics are reduced over them, the model state that checkpoints,
+// evaluation and export read, and its named stats.
 #pragma once
+
+#include "dist/comm/communicator.h"
 
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dtrain::dist {
 
 // Builds the optimizer over whichever tensors the strategy decides to update locally
-// (the whole model, a rank's shard, nothing on a PS worker).
+// (the whole model, a rank's shard, a server's chunks).
 using OptimizerFactory =
     std::function<std::unique_ptr<torch::optim::Optimizer>(const std::vector<torch::Tensor>&)>;
 
-// What communication cost in the last completed step, reported in the metrics under comm/.
-struct StepStats {
-  int64_t bytes = 0;        // payload reduced (or sent) per rank
-  int64_t collectives = 0;  // operations issued (DDP: buckets, plus buffer syncs)
-  double comm_ms = 0.0;     // time the operations ran, summed
-  double exposed_ms = 0.0;  // communication the compute did not hide: the step waited for it
-  double busbw_gbps = 0.0;  // all-reduce bus bandwidth, nccl-tests' formula: bytes/comm_ms x 2(n-1)/n
+// A model's state by name: parameters, then buffers, with the model's own names.
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// What a rank does. Workers run the training loop; a server (a dedicated parameter-server
+// rank) takes no data and runs the strategy's serve() instead.
+enum class Role { kWorker, kServer };
+
+// The ranks that take data and this rank's place among them: what the sampler shards by.
+struct DataGroup {
+  int rank = 0;
+  int size = 1;
 };
+
+// One figure of the last completed step, under its metrics key ("comm/bytes", ...).
+struct Stat {
+  std::string name;
+  double value = 0.0;
+};
+using Stats = std::vector<Stat>;
 
 class Strategy {
  public:
   virtual ~Strategy() = default;
   virtual std::string name() const = 0;
-  // Takes ownership of the training state: synchronises initial weights, builds the optimizer.
+
+  // ---- Roles and data. Known from construction, before attach().
+  virtual Role role() const { return Role::kWorker; }
+  virtual DataGroup data_group() const = 0;
+  // On a server: serves the workers until they finish, then returns. Never called on workers.
+  virtual void serve();
+  // Sums or averages `values` (a small tensor on the device the workers train on) over the
+  // data group, in place. Blocking; every worker calls it at the same points.
+  virtual void reduce_metrics(torch::Tensor values, ReduceOp op) = 0;
+
+  // ---- Training, in this order per step: before_forward, then per micro-step
+  // before_backward, backward, after_backward; then step.
+  // Takes over the training state: synchronises initial weights, builds the optimizer.
   virtual void attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) = 0;
-  // Before the first forward of step `step`.
   virtual void before_forward(int64_t step) { (void)step; }
-  // Before each micro-step's backward; `last_micro_step` as in after_backward.
+  // `last_micro_step`: this backward completes the step's gradients (gradient accumulation
+  // communicates only then); hooks launched during backward need to know it before it starts.
   virtual void before_backward(bool last_micro_step) { (void)last_micro_step; }
-  // After each micro-step's backward; `last_micro_step` marks the one whose gradients
-  // complete the step (gradient accumulation communicates only then).
   virtual void after_backward(bool last_micro_step) { (void)last_micro_step; }
+  // Tensors whose .grad() holds the step's final gradients once after_backward(true)
+  // returned (what fp16 loss scaling unscales and checks).
+  virtual std::vector<torch::Tensor> gradient_owners() = 0;
+  // The update, with learning rate `lr`; gradients are then released for the next step.
+  virtual void step(double lr) = 0;
   // Before evaluation: make the model this rank evaluates consistent with the other ranks'.
   virtual void before_eval() {}
-  // Tensors whose .grad() holds the step's final gradients once after_backward(true) returned
-  // (what loss scaling must unscale and check).
-  virtual std::vector<torch::Tensor> gradient_owners() = 0;
-  // The update, with learning rate `lr`, then gradients are cleared for the next step.
-  virtual void step(double lr) = 0;
-  // On every rank before rank 0 writes a checkpoint: a strategy whose optimizer state is
-  // sharded over the ranks gathers it here for save().
+
+  // ---- State.
+  // The model's consolidated state: every parameter and buffer whole, under the model's
+  // names, in its registration order, on every rank (a sharding strategy gathers). May alias
+  // the model's own tensors. Collective.
+  virtual NamedTensors model_state() = 0;
+  // Sets the model from a consolidated state with model_state()'s names and shapes. Every rank
+  // passes the same state; a sharding strategy keeps its own part.
+  virtual void load_model_state(const NamedTensors& state) = 0;
+  // On every rank before rank 0 saves: a strategy whose state is sharded gathers it here.
   virtual void prepare_checkpoint() {}
-  // Optimizer state, written by rank 0 under checkpoint directory `dir`; read back by every
-  // rank.
+  // The strategy's own state (optimizer, and whatever else it keeps), written by rank 0 into
+  // checkpoint directory `dir`; read back by every rank.
   virtual void save(const std::string& dir) const = 0;
   virtual void load(const std::string& dir) = 0;
-  // Only for strategies that communicate (single returns nothing).
-  virtual std::optional<StepStats> stats() const { return std::nullopt; }
-  // Bytes of optimizer state this rank holds (optim::state_bytes): what sharding saves.
-  virtual int64_t optimizer_state_bytes() const = 0;
+
+  // ---- Figures of the last completed step (communication, memory), for the metrics. May
+  // wait for the device: called only when the loop reports.
+  virtual Stats stats() const = 0;
 };
+
+// The model's parameters and buffers by name, in registration order (aliases, no copies).
+NamedTensors module_state(torch::nn::Module& module);
+
+// Copies `state` into `targets` by position (same names, same shapes), skipping tensors that
+// already are the target.
+void copy_state(const NamedTensors& state, const NamedTensors& targets);
 
 }  // namespace dtrain::dist

@@ -18,8 +18,6 @@
 namespace dtrain::models {
 namespace {
 
-using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
-
 // Parameters, then buffers, by full name ("layer1.0.bn1.running_mean"): a torch state dict.
 NamedTensors state_tensors(torch::nn::Module& module) {
   NamedTensors tensors;
@@ -111,16 +109,23 @@ void describe(std::vector<std::string>& problems, const std::vector<std::string>
 }  // namespace
 
 void save_state_dict(torch::nn::Module& module, const std::string& path) {
+  save_state_dict(state_tensors(module), path);
+}
+
+void save_state_dict(const NamedTensors& state, const std::string& path) {
   c10::Dict<std::string, torch::Tensor> tensors;
-  for (const auto& [name, tensor] : state_tensors(module)) {
+  for (const auto& [name, tensor] : state) {
     tensors.insert(name, compact_cpu(tensor));
   }
   write_file(path, torch::pickle_save(torch::IValue(tensors)));
 }
 
 void load_state_dict(torch::nn::Module& module, const std::string& path) {
+  load_state_dict(state_tensors(module), path);
+}
+
+void load_state_dict(const NamedTensors& targets, const std::string& path) {
   const auto stored = parse_state_dict(path, read_file(path));
-  const NamedTensors targets = state_tensors(module);
 
   std::vector<std::string> missing, unexpected, mismatched;
   std::set<std::string> expected;

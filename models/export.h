@@ -15,18 +15,26 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace dtrain::models {
+
+// A state dict in memory: names and tensors, in order.
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
 // Writes named_parameters() and named_buffers() (detached, contiguous, on the CPU) to `path`,
 // through `path`.tmp and a rename, so a crash never leaves a partial file. Blocking; copies
 // device tensors to the host. Throws UserError when the file cannot be written.
 void save_state_dict(torch::nn::Module& module, const std::string& path);
+void save_state_dict(const NamedTensors& state, const std::string& path);
 
 // Copies the tensors of `path` into the module's parameters and buffers (keeping their device
 // and dtype). The file must hold exactly the module's keys with the same shapes; otherwise
 // nothing is copied and UserError names the file and every missing key, unexpected key and
 // shape mismatch. Blocking.
 void load_state_dict(torch::nn::Module& module, const std::string& path);
+// The same into `targets` (a model's state: every name and shape it expects).
+void load_state_dict(const NamedTensors& targets, const std::string& path);
 
 }  // namespace dtrain::models

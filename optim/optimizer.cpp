@@ -110,4 +110,11 @@ void set_lr(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
+bool set_grad_norm_reducer(torch::optim::Optimizer& optimizer, SquaredNormReducer reducer) {
+  auto* lamb = dynamic_cast<Lamb*>(&optimizer);
+  if (lamb == nullptr) return false;
+  lamb->set_grad_norm_reducer(std::move(reducer));
+  return true;
+}
+
 }  // namespace dtrain::optim

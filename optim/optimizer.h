@@ -3,6 +3,7 @@
 #pragma once
 
 #include "optim/options.h"
+#include "optim/trust_ratio.h"
 
 #include <torch/torch.h>
 
@@ -20,5 +21,10 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& 
 
 // Sets the learning rate of every parameter group.
 void set_lr(torch::optim::Optimizer& optimizer, double lr);
+
+// Installs the reducer of a global squared gradient norm (trust_ratio.h) on an optimizer that
+// takes one (LAMB with clipping); returns whether it did. For sharding strategies, which know
+// optimizers only through the factory.
+bool set_grad_norm_reducer(torch::optim::Optimizer& optimizer, SquaredNormReducer reducer);
 
 }  // namespace dtrain::optim

@@ -53,7 +53,7 @@ def mean(key, digits, scale=1.0):
     return f"{sum(values) / len(values):.{digits}f}" if values else ""
 print(",".join([sys.argv[2], sys.argv[3], mean("time/step_ms", 2),
                 mean("throughput/img_per_s", 0), mean("comm/ms", 2), mean("comm/exposed_ms", 2),
-                mean("comm/bytes", 3, 1 / 2**20), mean("memory/optimizer_state_mb", 3),
+                mean("comm/sent_bytes", 3, 1 / 2**20), mean("memory/optimizer_state_mb", 3),
                 f"{steps[-1]['loss/train']:.4f}" if steps else ""]))
 PY
   done
@@ -63,7 +63,7 @@ python3 - "$out/sweep.csv" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 base = next((float(r["step_ms"]) for r in rows if r["strategy"] == "single" and r["step_ms"]), None)
-print("| ranks | strategy | step ms | vs single | img/s | comm ms | exposed ms | MiB reduced "
+print("| ranks | strategy | step ms | vs single | img/s | comm ms | exposed ms | MiB sent "
       "| optimizer state MiB (rank 0) | loss |")
 print("|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:

@@ -46,14 +46,14 @@ void write_file(const fs::path& path, const std::string& text) {
 
 Checkpointer::Checkpointer(std::string dir, int64_t keep) : dir_(std::move(dir)), keep_(keep) {}
 
-void Checkpointer::save(const CheckpointInfo& info, torch::nn::Module& model,
+void Checkpointer::save(const CheckpointInfo& info, const dist::NamedTensors& model_state,
                         dist::Strategy& strategy, const std::string& config_toml) const {
   const fs::path final_path = fs::path(dir_) / fmt::format("{}{:08d}", kPrefix, info.step);
   const fs::path temp_path = final_path.string() + ".tmp";
   remove_tree(temp_path);
   fs::create_directories(temp_path);
 
-  models::save_state_dict(model, (temp_path / "model.pt").string());
+  models::save_state_dict(model_state, (temp_path / "model.pt").string());
   strategy.save(temp_path.string());
   toml::table state{{"step", info.step}, {"epoch", info.epoch}, {"strategy", strategy.name()}};
   std::ostringstream state_text;
@@ -80,8 +80,7 @@ std::optional<std::string> Checkpointer::latest() const {
   return complete.back().string();
 }
 
-CheckpointInfo Checkpointer::load(const std::string& path, torch::nn::Module& model,
-                                  dist::Strategy& strategy) {
+CheckpointInfo Checkpointer::load(const std::string& path, dist::Strategy& strategy) {
   const fs::path dir(path);
   if (!fs::exists(dir / "DONE")) {
     throw UserError(fmt::format("{}: not a complete checkpoint (no DONE marker)", path));
@@ -98,7 +97,11 @@ CheckpointInfo Checkpointer::load(const std::string& path, torch::nn::Module& mo
     log::info("{}: written by strategy \"{}\", resumed under \"{}\"", path, saved_strategy,
               strategy.name());
   }
-  models::load_state_dict(model, (dir / "model.pt").string());
+  // Read into the consolidated state (checked against its names and shapes), then handed
+  // back: a sharding strategy keeps its part.
+  const dist::NamedTensors model_state = strategy.model_state();
+  models::load_state_dict(model_state, (dir / "model.pt").string());
+  strategy.load_model_state(model_state);
   strategy.load(path);
   return {state["step"].value_or(int64_t{0}), state["epoch"].value_or(int64_t{0})};
 }

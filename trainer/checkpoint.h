@@ -24,14 +24,16 @@ class Checkpointer {
   // keep: complete checkpoints kept; older ones are deleted after each save.
   Checkpointer(std::string dir, int64_t keep);
 
-  // Writes the checkpoint of `info.step` (blocking). `config_toml` is the resolved config.
-  void save(const CheckpointInfo& info, torch::nn::Module& model, dist::Strategy& strategy,
-            const std::string& config_toml) const;
+  // Writes the checkpoint of `info.step` (blocking): `model_state` (the strategy's
+  // consolidated model state) and the strategy's own state. `config_toml` is the resolved
+  // config. Rank 0 only, after every rank's Strategy::prepare_checkpoint().
+  void save(const CheckpointInfo& info, const dist::NamedTensors& model_state,
+            dist::Strategy& strategy, const std::string& config_toml) const;
   // The newest complete checkpoint directory in `dir`, if any.
   std::optional<std::string> latest() const;
-  // Restores model and optimizer state; throws UserError on an incomplete or foreign checkpoint.
-  static CheckpointInfo load(const std::string& path, torch::nn::Module& model,
-                             dist::Strategy& strategy);
+  // Restores model and strategy state through the strategy (every rank); throws UserError
+  // on an incomplete or foreign checkpoint.
+  static CheckpointInfo load(const std::string& path, dist::Strategy& strategy);
 
  private:
   void prune() const;

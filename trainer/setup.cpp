@@ -85,12 +85,12 @@ void to_channels_last(torch::nn::Module& model) {
 
 std::unique_ptr<data::Loader> make_loader(std::shared_ptr<const data::Dataset> dataset,
                                           const Config& config, data::Split split,
-                                          const dist::WorldInfo& world, torch::Device device) {
+                                          const dist::DataGroup& group, torch::Device device) {
   data::SamplerOptions sampling;
   sampling.dataset_size = dataset->size();
   sampling.seed = static_cast<uint64_t>(config.run.seed);
-  sampling.rank = world.rank;
-  sampling.world_size = world.size;
+  sampling.rank = group.rank;
+  sampling.world_size = group.size;
   if (split == data::Split::kTrain) {
     sampling.batch_size = config.data.batch_size;
     sampling.grad_accum = config.train.grad_accum;
@@ -159,18 +159,20 @@ RunSetup build_run(const Config& config) {
     return optim::make_optimizer(optimizer_options, p);
   });
 
-  setup.train_loader =
-      make_loader(train_set, config, data::Split::kTrain, setup.world, setup.device);
+  if (setup.strategy->role() == dist::Role::kServer) return setup;  // it takes no data
+
+  // The strategy decides which ranks take data: the sampler shards over its data group.
+  const dist::DataGroup group = setup.strategy->data_group();
+  setup.train_loader = make_loader(train_set, config, data::Split::kTrain, group, setup.device);
   if (test_set) {
-    setup.test_loader =
-        make_loader(test_set, config, data::Split::kTest, setup.world, setup.device);
+    setup.test_loader = make_loader(test_set, config, data::Split::kTest, group, setup.device);
   }
   setup.steps_per_epoch = setup.train_loader->sampler().steps_per_epoch();
   if (setup.steps_per_epoch == 0) {
     throw UserError(fmt::format(
         "data.batch_size {} x grad_accum {} x {} rank(s) = global batch {} exceeds the {} "
         "training samples; use a smaller data.batch_size",
-        config.data.batch_size, config.train.grad_accum, setup.world.size,
+        config.data.batch_size, config.train.grad_accum, group.size,
         setup.train_loader->sampler().global_batch(), train_set->size()));
   }
   setup.images_per_step = setup.train_loader->sampler().global_batch();
@@ -204,8 +206,8 @@ std::string describe_run(const Config& config, const RunSetup& setup) {
       torch::get_num_threads(), setup.strategy->name(), config.model.name, num_params,
       config.data.dataset, config.train.precision,
       config.train.channels_last ? " | channels_last" : "", setup.images_per_step,
-      setup.world.size, config.data.batch_size, config.train.grad_accum, setup.steps_per_epoch,
-      setup.total_steps);
+      setup.strategy->data_group().size, config.data.batch_size, config.train.grad_accum,
+      setup.steps_per_epoch, setup.total_steps);
 }
 
 }  // namespace dtrain::trainer

@@ -49,7 +49,7 @@ class Trainer {
   }
 
   void resume(const std::string& path) {
-    const CheckpointInfo info = Checkpointer::load(path, *s_.model, *s_.strategy);
+    const CheckpointInfo info = Checkpointer::load(path, *s_.strategy);
     step_ = info.step;
     interval_first_step_ = step_;
     log::info("resumed from {} at step {}", path, step_);
@@ -125,7 +125,7 @@ class Trainer {
 
   void report_step(int64_t epoch) {
     const int64_t steps = step_ - interval_first_step_;
-    if (s_.comm->size() > 1) s_.comm->all_reduce(loss_sum_, dist::ReduceOp::kAverage)->wait();
+    s_.strategy->reduce_metrics(loss_sum_, dist::ReduceOp::kAverage);
     const double loss = loss_sum_.item<double>() / static_cast<double>(steps);
     if (!std::isfinite(loss)) {
       throw UserError(fmt::format("loss is {} at step {}: training diverged; lower optim.lr, "
@@ -141,17 +141,11 @@ class Trainer {
                            {"loss/train", loss},
                            {"lr", lr},
                            {"throughput/img_per_s", img_per_s},
-                           {"time/step_ms", 1e3 * seconds / steps},
-                           // Rank 0's share, where the strategy shards it.
-                           {"memory/optimizer_state_mb",
-                            static_cast<double>(s_.strategy->optimizer_state_bytes()) / (1 << 20)}};
-    if (const std::optional<dist::StepStats> comm = s_.strategy->stats()) {
-      // Of the interval's last step (reading them may wait for the device).
-      fields.push_back({"comm/bytes", static_cast<double>(comm->bytes)});
-      fields.push_back({"comm/collectives", static_cast<double>(comm->collectives)});
-      fields.push_back({"comm/ms", comm->comm_ms});
-      fields.push_back({"comm/exposed_ms", comm->exposed_ms});
-      fields.push_back({"comm/busbw_gbps", comm->busbw_gbps});
+                           {"time/step_ms", 1e3 * seconds / steps}};
+    // The strategy's figures of the interval's last step (reading them may wait for the
+    // device): communication, memory.
+    for (const dist::Stat& stat : s_.strategy->stats()) {
+      fields.push_back({stat.name, stat.value});
     }
     if (scaler_) {
       fields.push_back({"amp/loss_scale", scaler_->current_scale()});
@@ -187,7 +181,7 @@ class Trainer {
     }
     s_.model->train();
     sums[2].fill_(static_cast<double>(seen));
-    if (s_.comm->size() > 1) s_.comm->all_reduce(sums, dist::ReduceOp::kSum)->wait();
+    s_.strategy->reduce_metrics(sums, dist::ReduceOp::kSum);
     const torch::Tensor totals = sums.cpu();
     const double count = totals[2].item<double>();
     EvalResult result{totals[0].item<double>() / count, totals[1].item<double>() / count};
@@ -203,11 +197,12 @@ class Trainer {
 
   void checkpoint() {
     if (config_.train.keep_checkpoints == 0) return;
-    // Rank 0 writes the model (the same on every rank) and the optimizer state, which a
-    // sharding strategy first gathers from every rank.
+    // Rank 0 writes the model and the strategy's state, which a sharding strategy first
+    // gathers from every rank.
     s_.strategy->prepare_checkpoint();
+    const dist::NamedTensors model_state = s_.strategy->model_state();
     if (s_.world.rank != 0) return;
-    checkpointer_.save({step_, step_ / s_.steps_per_epoch}, *s_.model, *s_.strategy,
+    checkpointer_.save({step_, step_ / s_.steps_per_epoch}, model_state, *s_.strategy,
                        to_toml(config_));
     interval_start_ = Clock::now();
   }
@@ -245,6 +240,10 @@ RunResult run_training(const Config& config, const RunFlags& flags) {
                  (rank == 0 ? std::string("/train.log") : fmt::format("/train.rank{}.log", rank)));
   if (rank == 0) write_text(setup.run_dir + "/config.toml", to_toml(config));
 
+  if (setup.strategy->role() == dist::Role::kServer) {
+    setup.strategy->serve();  // until the workers finish
+    return {};
+  }
   const std::string checkpoints = setup.run_dir + "/checkpoints";
   Trainer trainer(config, std::move(setup));
   if (flags.resume) {

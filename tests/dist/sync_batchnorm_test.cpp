@@ -3,7 +3,7 @@
 // SyncBatchNorm on N ranks of batch b must train exactly as one rank on batch N*b, running
 // statistics included. Float64: tolerance 1e-12. On MPI (CPU), or on NCCL with
 // DTRAIN_TEST_DEVICE=cuda, where ATen's fused SyncBatchNorm kernels do the arithmetic.
-#include "dist/ddp.h"
+#include "dist/ddp/ddp.h"
 #include "dist/sync_batchnorm.h"
 #include "models/batch_norm.h"
 

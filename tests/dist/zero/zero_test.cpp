@@ -1,143 +1,32 @@
-// ZeRO stage 1 against one rank on the whole batch: N ranks of batch b, each keeping optimizer
-// state for its own parameters only, must take exactly the steps one rank takes on batch N*b,
-// with every optimizer (LARS and LAMB need whole-tensor norms; LAMB's clipping a global one),
-// with gradient accumulation, and across checkpoints: its own, on another number of ranks, and
-// to and from DDP's. Float64: tolerance 1e-12.
+// ZeRO stage 1 against one process on the whole batch (tests/dist/equivalence.h): N ranks of
+// batch b, each keeping optimizer state for its own parameters only, must take exactly the
+// steps one process takes on batch N*b, with every optimizer (LARS and LAMB need whole-tensor
+// norms; LAMB's clipping a global one), with gradient accumulation, and across checkpoints:
+// its own, on another number of ranks, and to and from DDP's. Float64: tolerance 1e-12.
 #include "common/error.h"
-#include "dist/ddp.h"
-#include "dist/zero.h"
-#include "optim/optimizer.h"
-#include "optim/state_bytes.h"
+#include "dist/ddp/ddp.h"
+#include "dist/zero/zero.h"
 
-#include "mpi_world.h"
+#include "equivalence.h"
 
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <filesystem>
 #include <numeric>
 
 using dtrain::dist::partition_parameters;
 using dtrain::dist::ZeroStrategy;
 using Catch::Matchers::Contains;
+using namespace equivalence;
 
 namespace {
-
-std::shared_ptr<dtrain::dist::Communicator> world() { return mpi_world(); }
-
-constexpr int64_t kIn = 6, kHidden = 10, kClasses = 3, kPerRank = 4, kSteps = 4;
-
-struct NetImpl : torch::nn::Module {
-  NetImpl() {
-    body = register_module("body", torch::nn::Linear(kIn, kHidden));
-    middle = register_module("middle", torch::nn::Linear(kHidden, kHidden));
-    head = register_module("head", torch::nn::Linear(kHidden, kClasses));
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    return head(torch::tanh(middle(torch::tanh(body(x)))));
-  }
-  torch::nn::Linear body{nullptr}, middle{nullptr}, head{nullptr};
-};
-TORCH_MODULE(Net);
-
-Net make_net() {
-  torch::manual_seed(0);
-  Net net;
-  net->to(torch::kFloat64);
-  return net;
-}
-
-dtrain::optim::OptimizerOptions optimizer_options(const std::string& name) {
-  dtrain::optim::OptimizerOptions options;
-  options.name = name;
-  options.lr = name == "adamw" || name == "lamb" ? 0.01 : 0.1;
-  options.weight_decay = 1e-2;
-  options.decay_norm_and_bias = false;  // two parameter groups
-  options.trust_coefficient = 0.02;
-  if (name == "lamb") options.max_grad_norm = 0.5;  // clipping on the global gradient norm
-  return options;
-}
-
-struct Data {
-  torch::Tensor x, y;  // [steps, world * kPerRank, ...], the same on every rank
-};
-Data make_data(int64_t world_size) {
-  auto gen = at::detail::createCPUGenerator(4321);
-  return {at::randn({kSteps, world_size * kPerRank, kIn}, gen, torch::kFloat64),
-          at::randint(kClasses, {kSteps, world_size * kPerRank}, gen, torch::kInt64)};
-}
-
-// `state_bytes`, if given, receives the bytes of optimizer state one rank holds for the model.
-Net train_reference(const Data& data, const dtrain::optim::OptimizerOptions& options,
-                    int64_t* state_bytes = nullptr) {
-  Net net = make_net();
-  auto optimizer = dtrain::optim::make_optimizer(options, net->parameters());
-  for (int64_t step = 0; step < kSteps; ++step) {
-    optimizer->zero_grad();
-    torch::nn::functional::cross_entropy(net->forward(data.x[step]), data.y[step]).backward();
-    optimizer->step();
-  }
-  if (state_bytes) *state_bytes = dtrain::optim::state_bytes(*optimizer);
-  return net;
-}
-
-// Steps [from, to) of `data` at `lr` under `strategy`, `micro` micro-steps each, on slice
-// `rank` (this rank's in the world by default).
-void train(Net& net, dtrain::dist::Strategy& strategy, const Data& data, int64_t from,
-           int64_t to, double lr, int64_t micro = 1, int rank = -1) {
-  if (rank < 0) rank = world()->rank();
-  const int64_t per_micro = kPerRank / micro;
-  for (int64_t step = from; step < to; ++step) {
-    strategy.before_forward(step);
-    for (int64_t m = 0; m < micro; ++m) {
-      const int64_t begin = rank * kPerRank + m * per_micro;
-      strategy.before_backward(m + 1 == micro);
-      const torch::Tensor loss = torch::nn::functional::cross_entropy(
-          net->forward(data.x[step].narrow(0, begin, per_micro)),
-          data.y[step].narrow(0, begin, per_micro));
-      (loss / static_cast<double>(micro)).backward();
-      strategy.after_backward(m + 1 == micro);
-    }
-    strategy.step(lr);
-  }
-}
 
 std::unique_ptr<ZeroStrategy> attach_zero(
     Net& net, const dtrain::optim::OptimizerOptions& options,
     std::shared_ptr<dtrain::dist::Communicator> comm = world()) {
   auto strategy = std::make_unique<ZeroStrategy>(std::move(comm));
-  strategy->attach(*net, [options](const std::vector<torch::Tensor>& params) {
-    return dtrain::optim::make_optimizer(options, params);
-  });
+  strategy->attach(*net, factory(options));
   return strategy;
-}
-
-// An empty directory `name`, made by rank 0 (the ranks share a filesystem); the caller orders
-// later reads after it with a collective.
-std::string fresh_directory(const std::string& name) {
-  if (world()->rank() == 0) {
-    std::filesystem::remove_all(name);
-    std::filesystem::create_directories(name);
-  }
-  return name;
-}
-
-// A new model holding `trained`'s current weights.
-Net copy_of(Net& trained) {
-  Net copy = make_net();
-  torch::NoGradGuard no_grad;
-  const auto from = trained->parameters(), to = copy->parameters();
-  for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
-  return copy;
-}
-
-double max_difference(Net& a, Net& b) {
-  double worst = 0.0;
-  const auto pa = a->parameters(), pb = b->parameters();
-  for (size_t i = 0; i < pa.size(); ++i) {
-    worst = std::max(worst, (pa[i] - pb[i]).abs().max().item<double>());
-  }
-  return worst;
 }
 
 }  // namespace
@@ -172,16 +61,17 @@ TEST_CASE("ZeRO-1 on N ranks equals one rank on the N-times batch", "[dist][zero
   const auto options = optimizer_options(name);
   const Data data = make_data(world()->size());
   int64_t whole_state = 0;
-  Net reference = train_reference(data, options, &whole_state);
+  Net reference = train_reference(data, options, {}, &whole_state);
 
-  Net net = make_net();
+  Net net = make_net(static_cast<uint64_t>(world()->rank()));
   auto strategy = attach_zero(net, options);
   train(net, *strategy, data, 0, kSteps, options.lr);
-  CHECK(max_difference(net, reference) < 1e-12);
+  CHECK(max_difference(*net, *reference) < kTolerance);
 
   // The ranks' optimizer states partition the whole model's: together exactly one copy, each
   // rank at most its share's worth (the state per element is the same everywhere).
-  const int64_t mine = strategy->optimizer_state_bytes();
+  const dtrain::dist::Stats stats = strategy->stats();
+  const auto mine = static_cast<int64_t>(stat(stats, "memory/optimizer_state_mb") * (1 << 20));
   torch::Tensor together = torch::tensor({mine});
   world()->all_reduce(together, dtrain::dist::ReduceOp::kSum)->wait();
   CHECK(together.item<int64_t>() == whole_state);
@@ -191,12 +81,15 @@ TEST_CASE("ZeRO-1 on N ranks equals one rank on the N-times batch", "[dist][zero
                       [](int64_t sum, const torch::Tensor& p) { return sum + p.numel(); });
   CHECK(mine * total <= whole_state * strategy->partition().shard_numel);
 
-  // The last step's communication: one reduce-scatter and one all-gather of the flat buffer.
-  const auto stats = strategy->stats();
-  REQUIRE(stats.has_value());
-  CHECK(stats->collectives == 2);
-  CHECK(stats->bytes == strategy->partition().shard_numel * world()->size() * 8);
-  CHECK(stats->exposed_ms == stats->comm_ms);
+  // The last step's communication: one reduce-scatter and one all-gather of the flat buffer,
+  // the wire bytes of one all-reduce, none of it hidden by backward here.
+  const double bytes = static_cast<double>(strategy->partition().shard_numel) *
+                       world()->size() * 8;
+  const double n = world()->size();
+  CHECK(stat(stats, "comm/collectives") == 2);
+  CHECK(stat(stats, "comm/bytes") == 2 * bytes);
+  CHECK(stat(stats, "comm/sent_bytes") == Approx(bytes * 2 * (n - 1) / n));
+  CHECK(stat(stats, "comm/exposed_ms") >= 0.0);
 }
 
 TEST_CASE("ZeRO-1 with accumulation: 2 micro-steps of b/2 equal 1 step of b", "[dist][zero]") {
@@ -206,7 +99,7 @@ TEST_CASE("ZeRO-1 with accumulation: 2 micro-steps of b/2 equal 1 step of b", "[
   Net net = make_net();
   auto strategy = attach_zero(net, options);
   train(net, *strategy, data, 0, kSteps, options.lr, /*micro=*/2);
-  CHECK(max_difference(net, reference) < 1e-12);
+  CHECK(max_difference(*net, *reference) < kTolerance);
 }
 
 TEST_CASE("ZeRO-1 resumes from its sharded checkpoint", "[dist][zero]") {
@@ -218,17 +111,14 @@ TEST_CASE("ZeRO-1 resumes from its sharded checkpoint", "[dist][zero]") {
   Net first = make_net();
   auto before = attach_zero(first, options);
   train(first, *before, data, 0, 2, options.lr);
-  before->prepare_checkpoint();
-  if (world()->rank() == 0) before->save(dir);
-  torch::Tensor done = torch::zeros({1});
-  world()->all_reduce(done, dtrain::dist::ReduceOp::kSum)->wait();  // the files exist now
+  save_checkpoint(*before, dir);
 
   // A fresh model with the first half's weights, and a fresh strategy loading the state.
   Net resumed = copy_of(first);
   auto after = attach_zero(resumed, options);
   after->load(dir);
   train(resumed, *after, data, 2, kSteps, options.lr);
-  CHECK(max_difference(resumed, reference) < 1e-12);
+  CHECK(max_difference(*resumed, *reference) < kTolerance);
 }
 
 TEST_CASE("ZeRO-1 resumes on another number of ranks", "[dist][zero]") {
@@ -266,16 +156,13 @@ TEST_CASE("ZeRO-1 resumes on another number of ranks", "[dist][zero]") {
   auto after = attach_zero(first, options);
   after->load(dir);
   train(first, *after, data, 2, kSteps, options.lr);
-  CHECK(max_difference(first, reference) < 1e-12);
+  CHECK(max_difference(*first, *reference) < kTolerance);
 }
 
 TEST_CASE("ZeRO-1 and DDP resume from each other's checkpoints", "[dist][zero]") {
   const auto options = optimizer_options("adamw");
   const Data data = make_data(world()->size());
   Net reference = train_reference(data, options);
-  auto factory = [options](const std::vector<torch::Tensor>& params) {
-    return dtrain::optim::make_optimizer(options, params);
-  };
   const bool ddp_first = GENERATE(true, false);
   INFO((ddp_first ? "ddp, then zero" : "zero, then ddp"));
   const std::string dir = fresh_directory("zero_ddp_checkpoint_test");
@@ -286,18 +173,17 @@ TEST_CASE("ZeRO-1 and DDP resume from each other's checkpoints", "[dist][zero]")
   };
   Net net = make_net();
   auto before = make(ddp_first);
-  before->attach(*net, factory);
+  before->attach(*net, factory(options));
   train(net, *before, data, 0, 2, options.lr);
-  before->prepare_checkpoint();
-  if (world()->rank() == 0) before->save(dir);
+  save_checkpoint(*before, dir);
   before.reset();  // DDP's gradient hooks go with it
 
   Net resumed = copy_of(net);
   auto after = make(!ddp_first);
-  after->attach(*resumed, factory);  // collective: orders the loads after rank 0's save
+  after->attach(*resumed, factory(options));
   after->load(dir);
   train(resumed, *after, data, 2, kSteps, options.lr);
-  CHECK(max_difference(resumed, reference) < 1e-12);
+  CHECK(max_difference(*resumed, *reference) < kTolerance);
 }
 
 TEST_CASE("ZeRO-1 rejects a checkpoint of another model", "[dist][zero]") {
@@ -305,8 +191,7 @@ TEST_CASE("ZeRO-1 rejects a checkpoint of another model", "[dist][zero]") {
   if (world()->rank() == 0) {
     torch::save(torch::tensor(std::vector<int64_t>{0, 1}), dir + "/zero_partition.pt");
   }
-  torch::Tensor done = torch::zeros({1});
-  world()->all_reduce(done, dtrain::dist::ReduceOp::kSum)->wait();
+  world()->barrier();
   Net net = make_net();
   auto strategy = attach_zero(net, optimizer_options("sgd"));
   CHECK_THROWS_WITH(strategy->load(dir), Contains("a model with 1 parameter tensors") &&

@@ -1,11 +1,9 @@
-#include "dist/zero.h"
+#include "dist/zero/zero.h"
 
 #include "common/error.h"
 #include "common/log.h"
-#include "dist/coalesced.h"
 #include "dist/optimizer_state.h"
-#include "optim/lamb.h"
-#include "optim/state_bytes.h"
+#include "optim/optimizer.h"
 
 #include <fmt/format.h>
 
@@ -26,7 +24,8 @@ void move_into(torch::Tensor& tensor, const torch::Tensor& flat, int64_t offset)
 
 }  // namespace
 
-ZeroStrategy::ZeroStrategy(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)) {
+ZeroStrategy::ZeroStrategy(std::shared_ptr<Communicator> comm)
+    : ReplicatedStrategy(std::move(comm)) {
   if (!comm_->device().is_cpu()) {
     throw UserError(
         "dist.strategy = \"zero\" runs on CPU ranks only in this version: its NCCL path has not "
@@ -35,11 +34,7 @@ ZeroStrategy::ZeroStrategy(std::shared_ptr<Communicator> comm) : comm_(std::move
 }
 
 void ZeroStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) {
-  for (const auto& item : model.named_parameters()) {
-    if (!item.value().requires_grad()) continue;
-    names_.push_back(item.key());
-    params_.push_back(item.value());
-  }
+  hold(model);
   DTRAIN_CHECK(!params_.empty(), "dist.strategy = \"zero\": the model has no trainable parameters");
   for (size_t i = 1; i < params_.size(); ++i) {
     if (params_[i].scalar_type() != params_.front().scalar_type()) {
@@ -49,97 +44,93 @@ void ZeroStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make
           c10::toString(params_[i].scalar_type())));
     }
   }
-  buffers_ = model.buffers();
-  std::vector<torch::Tensor> state = params_;
-  state.insert(state.end(), buffers_.begin(), buffers_.end());
-  torch::NoGradGuard no_grad;
-  broadcast_coalesced(*comm_, state, 0);
+  buffer_sync_ = std::make_unique<BufferSync>(buffers_, comm_, BufferPolicy::kBroadcast);
 
   std::vector<int64_t> numels;
   for (const torch::Tensor& param : params_) numels.push_back(param.numel());
   partition_ = partition_parameters(numels, comm_->size());
   const auto options = params_.front().options().requires_grad(false);
-  const int64_t flat_numel = partition_.shard_numel * comm_->size();
-  flat_params_ = torch::zeros({flat_numel}, options);
-  flat_grads_ = torch::zeros({flat_numel}, options);
+  flat_params_ = torch::zeros({partition_.shard_numel * comm_->size()}, options);
   shard_grads_ = torch::zeros({partition_.shard_numel}, options);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    move_into(params_[i], flat_params_, partition_.offset[i]);
+  BucketLayout layout;
+  layout.numel = flat_params_.numel();
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      move_into(params_[i], flat_params_, partition_.offset[i]);
+      layout.params.push_back(static_cast<int64_t>(i));
+      layout.offsets.push_back(partition_.offset[i]);
+    }
   }
-
   const int rank = comm_->rank();
   for (int64_t i = partition_.first[rank]; i < partition_.first[rank + 1]; ++i) {
     owned_.push_back(params_[i]);
   }
-  make_optimizer_ = make_optimizer;
-  optimizer_ = make_optimizer(owned_);
+  build_optimizer(owned_, make_optimizer);
   // Per-tensor norms need nothing (every tensor is whole on its owner); LAMB's gradient
   // clipping needs the norm over all ranks' gradients. In float64, which every rank has even
   // when it owns no gradient (LAMB then passes a float zero).
-  if (auto* lamb = dynamic_cast<optim::Lamb*>(optimizer_.get())) {
-    lamb->set_grad_norm_reducer([comm = comm_](const torch::Tensor& local) {
-      torch::Tensor sum = local.to(torch::kFloat64).contiguous().clone();
-      comm->all_reduce(sum, ReduceOp::kSum)->wait();
-      return sum.to(local.scalar_type());
-    });
-  }
+  optim::set_grad_norm_reducer(*optimizer_, [comm = comm_](const torch::Tensor& local) {
+    torch::Tensor sum = local.to(torch::kFloat64).contiguous().clone();
+    comm->all_reduce(sum, ReduceOp::kSum)->wait();
+    return sum.to(local.scalar_type());
+  });
+
+  ReducerOptions reducer;
+  reducer.owner = "zero";
+  reducer.find_unused = true;  // a parameter without gradient counts as a zero gradient
+  reducer_ = std::make_unique<GradientReducer>(params_, names_, comm_,
+                                               static_cast<CommHook&>(*this), reducer,
+                                               Layout{layout});
   log::debug("zero: rank {} owns {} of {} parameters, {} elements a shard", rank, owned_.size(),
              params_.size(), partition_.shard_numel);
 }
 
-void ZeroStrategy::before_forward(int64_t step) {
-  if (step > 0) sync_buffers();  // step 0: attach() broadcast them
+std::unique_ptr<Work> ZeroStrategy::launch(Bucket& bucket) {
+  return comm_->reduce_scatter(bucket.flat, shard_grads_, ReduceOp::kAverage);
 }
 
-void ZeroStrategy::before_eval() { sync_buffers(); }
-
-void ZeroStrategy::sync_buffers() {
-  if (buffers_.empty()) return;
-  torch::NoGradGuard no_grad;
-  for (auto& work : broadcast_coalesced(*comm_, buffers_, 0)) {
-    current_.buffer_works.push_back(std::move(work));
-  }
-}
-
-void ZeroStrategy::after_backward(bool last_micro_step) {
-  if (!last_micro_step) return;  // autograd accumulates the micro-steps' gradients
-  torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    torch::Tensor view = flat_grads_.narrow(0, partition_.offset[i], params_[i].numel());
-    const torch::Tensor& grad = params_[i].grad();
-    if (grad.defined()) {
-      view.copy_(grad.reshape({-1}));
-    } else {
-      view.zero_();
-    }
-  }
-  current_.works.push_back(comm_->reduce_scatter(flat_grads_, shard_grads_, ReduceOp::kAverage));
-  current_.works.back()->wait();
-  current_.bytes = flat_grads_.numel() * static_cast<int64_t>(flat_grads_.element_size());
+void ZeroStrategy::finish(Bucket& bucket) {
   // This rank's parameters take their averaged gradients as views into the shard.
+  (void)bucket;
   const int rank = comm_->rank();
   const int64_t region = rank * partition_.shard_numel;
   for (int64_t i = partition_.first[rank]; i < partition_.first[rank + 1]; ++i) {
-    params_[i].mutable_grad() = shard_grads_.narrow(0, partition_.offset[i] - region,
-                                                    params_[i].numel())
-                                    .view(params_[i].sizes());
+    params_[i].mutable_grad() =
+        shard_grads_.narrow(0, partition_.offset[i] - region, params_[i].numel())
+            .view(params_[i].sizes());
   }
 }
 
+void ZeroStrategy::before_forward(int64_t step) {
+  if (step > 0) buffer_sync_->sync(current_);  // step 0: attach() broadcast them
+}
+
+void ZeroStrategy::before_eval() { buffer_sync_->sync(current_); }
+
+void ZeroStrategy::before_backward(bool last_micro_step) {
+  reducer_->before_backward(last_micro_step);
+}
+
+void ZeroStrategy::after_backward(bool last_micro_step) {
+  reducer_->after_backward(last_micro_step, current_);
+}
+
 void ZeroStrategy::step(double lr) {
-  for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
-  optimizer_->step();
-  for (torch::Tensor& param : params_) param.mutable_grad().reset();
+  optimizer_step(lr);
+  reducer_->after_step();
   {
     torch::NoGradGuard no_grad;
     const torch::Tensor own =
         flat_params_.narrow(0, comm_->rank() * partition_.shard_numel, partition_.shard_numel)
             .clone();
-    current_.works.push_back(comm_->all_gather(own, flat_params_));
-    current_.works.back()->wait();
+    std::unique_ptr<Work> work = comm_->all_gather(own, flat_params_);
+    work->wait();
+    current_.add(Collective::kAllGather, Traffic::kParameters,
+                 flat_params_.numel() * static_cast<int64_t>(flat_params_.element_size()),
+                 std::move(work));
   }
-  last_ = std::move(current_);
-  current_ = {};
+  end_step_record();
 }
 
 void ZeroStrategy::prepare_checkpoint() {
@@ -180,31 +171,6 @@ void ZeroStrategy::load(const std::string& dir) {
   const int rank = comm_->rank();
   load_optimizer_state(dir, params_, partition_.first[rank], partition_.first[rank + 1],
                        make_optimizer_, *optimizer_);
-}
-
-int64_t ZeroStrategy::optimizer_state_bytes() const { return optim::state_bytes(*optimizer_); }
-
-std::optional<StepStats> ZeroStrategy::stats() const {
-  if (last_.works.empty()) return std::nullopt;
-  auto total_ms = [](const std::vector<std::unique_ptr<Work>>& works) {
-    double ms = 0.0;
-    for (const auto& work : works) ms += work->started()->ms_until(*work->finished());
-    return ms;
-  };
-  const double gradient_ms = total_ms(last_.works);
-  StepStats stats;
-  stats.bytes = last_.bytes;
-  stats.collectives = static_cast<int64_t>(last_.works.size() + last_.buffer_works.size());
-  // Counted as DDP counts them: buffer broadcasts too, and none of it is overlapped here.
-  stats.comm_ms = gradient_ms + total_ms(last_.buffer_works);
-  stats.exposed_ms = stats.comm_ms;
-  const double n = comm_->size();
-  if (gradient_ms > 0.0) {
-    // A reduce-scatter and an all-gather move what one all-reduce moves.
-    stats.busbw_gbps =
-        static_cast<double>(stats.bytes) / (gradient_ms * 1e-3) * 2.0 * (n - 1) / n / 1e9;
-  }
-  return stats;
 }
 
 }  // namespace dtrain::dist

@@ -1,4 +1,4 @@
-#include "dist/zero_partition.h"
+#include "dist/zero/partition.h"
 
 #include "common/error.h"
 

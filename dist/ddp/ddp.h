@@ -1,0 +1,56 @@
+// The `ddp` strategy: data parallelism in the manner of PyTorch DDP. Every rank holds the whole
+// model and optimizer; the gradients are averaged over ranks, so every rank takes the same
+// step. How:
+//   - attach(): rank 0's parameters and buffers are broadcast; the gradient reducer
+//     (dist/reducer.h) lays the gradients out in flat buckets (`dist.ddp.bucket_mb`, the first
+//     one small), first in reverse order of registration, re-planned once from the order
+//     observed in the first step.
+//   - Each complete bucket is all-reduced (average) as the reducer hands it over: from inside
+//     backward, overlapping the rest of it (`dist.ddp.overlap`), in the same order on every
+//     rank. Gradient accumulation communicates only on the last micro-step.
+//   - BatchNorm buffers follow `dist.ddp.buffers` (dist/buffer_sync.h).
+#pragma once
+
+#include "dist/buffer_sync.h"
+#include "dist/comm/communicator.h"
+#include "dist/options.h"
+#include "dist/reducer.h"
+#include "dist/replicated.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dtrain::dist {
+
+class DdpStrategy : public ReplicatedStrategy, private CommHook {
+ public:
+  DdpStrategy(DdpOptions options, std::shared_ptr<Communicator> comm);
+
+  std::string name() const override { return "ddp"; }
+  void attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) override;
+  void before_forward(int64_t step) override;
+  void before_backward(bool last_micro_step) override;
+  void after_backward(bool last_micro_step) override;
+  void before_eval() override;
+  std::vector<torch::Tensor> gradient_owners() override { return params_; }
+  void step(double lr) override;
+  void save(const std::string& dir) const override;
+  void load(const std::string& dir) override;
+
+  // The current bucket plan (indices into the trainable parameters), in launch order.
+  BucketPlan buckets() const { return reducer_->plan(); }
+
+ private:
+  // CommHook: each bucket is all-reduced in place.
+  std::unique_ptr<Work> launch(Bucket& bucket) override;
+  Collective collective() const override { return Collective::kAllReduce; }
+
+  Layout plan_layout(const std::vector<int64_t>& order) const;
+
+  DdpOptions options_;
+  std::unique_ptr<BufferSync> buffer_sync_;
+  std::unique_ptr<GradientReducer> reducer_;
+};
+
+}  // namespace dtrain::dist

@@ -1,0 +1,58 @@
+#include "dist/replicated.h"
+
+#include "dist/coalesced.h"
+#include "optim/optimizer.h"
+#include "optim/state_bytes.h"
+
+namespace dtrain::dist {
+
+void ReplicatedStrategy::reduce_metrics(torch::Tensor values, ReduceOp op) {
+  if (comm_->size() > 1) comm_->all_reduce(values, op)->wait();
+}
+
+void ReplicatedStrategy::load_model_state(const NamedTensors& state) {
+  copy_state(state, module_state(*model_));
+}
+
+Stats ReplicatedStrategy::stats() const {
+  // This rank's share, where the strategy shards it.
+  Stats stats = {{"memory/optimizer_state_mb",
+                  static_cast<double>(optim::state_bytes(*optimizer_)) / (1 << 20)}};
+  if (!last_.empty()) {
+    for (Stat& stat : last_.stats()) stats.push_back(std::move(stat));
+  }
+  return stats;
+}
+
+void ReplicatedStrategy::end_step_record() {
+  last_ = std::move(current_);
+  current_ = StepComm(comm_->rank(), comm_->size());
+}
+
+void ReplicatedStrategy::hold(torch::nn::Module& model) {
+  model_ = &model;
+  for (const auto& item : model.named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    names_.push_back(item.key());
+    params_.push_back(item.value());
+  }
+  buffers_ = model.buffers();
+  if (comm_->size() == 1) return;
+  std::vector<torch::Tensor> state = params_;
+  state.insert(state.end(), buffers_.begin(), buffers_.end());
+  torch::NoGradGuard no_grad;
+  broadcast_coalesced(*comm_, state, 0);
+}
+
+void ReplicatedStrategy::build_optimizer(const std::vector<torch::Tensor>& owned,
+                                         const OptimizerFactory& make) {
+  make_optimizer_ = make;
+  optimizer_ = make(owned);
+}
+
+void ReplicatedStrategy::optimizer_step(double lr) {
+  optim::set_lr(*optimizer_, lr);
+  optimizer_->step();
+}
+
+}  // namespace dtrain::dist

@@ -1,0 +1,50 @@
+// What the strategies in which every rank holds the whole model and takes data (single, ddp,
+// zero stage 1) have in common: the data group is the communicator's ranks, metrics are
+// all-reduced over them, the model state is the module's own, and the optimizer is built
+// over the tensors the strategy chooses.
+#pragma once
+
+#include "dist/step_comm.h"
+#include "dist/strategy.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dtrain::dist {
+
+class ReplicatedStrategy : public Strategy {
+ public:
+  explicit ReplicatedStrategy(std::shared_ptr<Communicator> comm)
+      : comm_(std::move(comm)), current_(comm_->rank(), comm_->size()),
+        last_(comm_->rank(), comm_->size()) {}
+
+  DataGroup data_group() const override { return {comm_->rank(), comm_->size()}; }
+  void reduce_metrics(torch::Tensor values, ReduceOp op) override;
+  NamedTensors model_state() override { return module_state(*model_); }
+  void load_model_state(const NamedTensors& state) override;
+  Stats stats() const override;
+
+ protected:
+  // The first thing a subclass's attach() does: remembers the model and its trainable
+  // parameters, and makes every rank start from rank 0's parameters and buffers.
+  void hold(torch::nn::Module& model);
+  // Builds the optimizer over `owned` (kept for load(), which may rebuild a writer's).
+  void build_optimizer(const std::vector<torch::Tensor>& owned, const OptimizerFactory& make);
+  // Sets `lr` and steps the optimizer.
+  void optimizer_step(double lr);
+  // The step's communication is complete: stats() reports it from now on.
+  void end_step_record();
+
+  std::shared_ptr<Communicator> comm_;
+  torch::nn::Module* model_ = nullptr;
+  std::vector<torch::Tensor> params_;  // trainable, in registration order
+  std::vector<std::string> names_;
+  std::vector<torch::Tensor> buffers_;
+  OptimizerFactory make_optimizer_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  StepComm current_;  // the step in progress
+  StepComm last_;     // the last completed step
+};
+
+}  // namespace dtrain::dist

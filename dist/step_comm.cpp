@@ -1,0 +1,71 @@
+#include "dist/step_comm.h"
+
+#include <algorithm>
+
+namespace dtrain::dist {
+
+namespace {
+
+// Ring algorithms: fraction of the payload each rank sends (and receives).
+double ring_factor(Collective kind, double n) {
+  switch (kind) {
+    case Collective::kAllReduce: return 2.0 * (n - 1.0) / n;
+    case Collective::kReduceScatter:
+    case Collective::kAllGather: return (n - 1.0) / n;
+    default: return 1.0;
+  }
+}
+
+}  // namespace
+
+void StepComm::add(Collective kind, Traffic traffic, int64_t bytes, std::unique_ptr<Work> work,
+                   int root) {
+  ops_.push_back({kind, traffic, bytes, root, std::move(work)});
+}
+
+Stats StepComm::stats() const {
+  const double n = ranks_;
+  double bytes = 0.0, sent = 0.0, received = 0.0, ms = 0.0, bulk_ms = 0.0, bus_bytes = 0.0;
+  double blocking_ms = 0.0, gradient_tail_ms = 0.0;
+  for (const Op& op : ops_) {
+    const double op_ms = op.work->started()->ms_until(*op.work->finished());
+    const double payload = static_cast<double>(op.bytes);
+    ms += op_ms;
+    switch (op.kind) {
+      case Collective::kBroadcast:
+        received += rank_ == op.root ? 0.0 : payload;
+        sent += rank_ == (op.root + ranks_ - 1) % ranks_ ? 0.0 : payload;
+        break;
+      case Collective::kReduce:  // the broadcast's chain, reversed
+        sent += rank_ == op.root ? 0.0 : payload;
+        received += rank_ == (op.root + 1) % ranks_ ? 0.0 : payload;
+        break;
+      case Collective::kSend: sent += payload; break;
+      case Collective::kRecv: received += payload; break;
+      default:
+        sent += payload * ring_factor(op.kind, n);
+        received += payload * ring_factor(op.kind, n);
+    }
+    if (op.traffic == Traffic::kSmall) {
+      blocking_ms += op_ms;
+      continue;
+    }
+    bytes += payload;
+    bus_bytes += payload * ring_factor(op.kind, n);
+    bulk_ms += op_ms;
+    if (op.traffic == Traffic::kParameters) {
+      blocking_ms += op_ms;
+    } else if (backward_end_) {
+      gradient_tail_ms = std::max(gradient_tail_ms, backward_end_->ms_until(*op.work->finished()));
+    }
+  }
+  return {{"comm/bytes", bytes},
+          {"comm/sent_bytes", sent},
+          {"comm/recv_bytes", received},
+          {"comm/collectives", static_cast<double>(ops_.size())},
+          {"comm/ms", ms},
+          {"comm/exposed_ms", gradient_tail_ms + blocking_ms},
+          {"comm/busbw_gbps", bulk_ms > 0.0 ? bus_bytes / (bulk_ms * 1e-3) / 1e9 : 0.0}};
+}
+
+}  // namespace dtrain::dist

@@ -1,0 +1,65 @@
+// The communication of one step, recorded as the strategy issues it and turned into named
+// stats only when the loop reports (reading a CUDA event's time waits for it). Every
+// strategy reports the same keys, each collective measured by its own formula:
+//   comm/bytes        payload, as nccl-tests sizes it (all-reduce, broadcast, reduce: the
+//                     tensor; reduce-scatter: its input; all-gather: its output)
+//   comm/sent_bytes,  what this rank put on and took off the wire under the ring algorithms
+//   comm/recv_bytes   NCCL and Open MPI use for large messages: all-reduce 2(n-1)/n x payload
+//                     each way, reduce-scatter and all-gather (n-1)/n, a broadcast's chain
+//                     every rank but the root receiving and every rank but the last sending
+//   comm/collectives  operations issued
+//   comm/ms           time the operations ran, summed
+//   comm/exposed_ms   what the step waited for: gradient traffic from the end of backward to
+//                     the end of its last operation, plus every blocking operation whole
+//   comm/busbw_gbps   bus bandwidth of the gradient and parameter traffic: sum of payload x
+//                     the collective's factor (2(n-1)/n all-reduce, (n-1)/n reduce-scatter
+//                     and all-gather, 1 broadcast, reduce and point-to-point) over comm/ms
+#pragma once
+
+#include "dist/comm/communicator.h"
+#include "dist/strategy.h"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace dtrain::dist {
+
+enum class Collective { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kSend, kRecv };
+
+// Why an operation ran, which decides how its time counts.
+enum class Traffic {
+  kGradients,   // launched from backward's hooks or right after it: only the tail is exposed
+  kParameters,  // blocking, and part of the bandwidth figure (ZeRO's all-gather, PS pulls)
+  kSmall,       // blocking, latency-bound (BatchNorm buffers, control): not in the bandwidth
+};
+
+class StepComm {
+ public:
+  // `rank`, `ranks`: this rank in the communicator the operations run on.
+  StepComm(int rank, int ranks) : rank_(rank), ranks_(ranks) {}
+
+  // A completed (waited) operation. `root`: broadcast's and reduce's root, the peer of a
+  // send or recv; ignored otherwise.
+  void add(Collective kind, Traffic traffic, int64_t bytes, std::unique_ptr<Work> work,
+           int root = 0);
+  // The end of the step's (last micro-step's) backward on the communicator's clock.
+  void set_backward_end(std::shared_ptr<const TimePoint> when) { backward_end_ = std::move(when); }
+  bool empty() const { return ops_.empty(); }
+
+  Stats stats() const;
+
+ private:
+  struct Op {
+    Collective kind;
+    Traffic traffic;
+    int64_t bytes;
+    int root;
+    std::unique_ptr<Work> work;
+  };
+  int rank_, ranks_;
+  std::vector<Op> ops_;
+  std::shared_ptr<const TimePoint> backward_end_;
+};
+
+}  // namespace dtrain::dist

@@ -1,0 +1,66 @@
+// The `zero` strategy, ZeRO stage 1 (Rajbhandari et al. 2020, "P_os"): every rank holds the
+// whole model and computes gradients on its own micro-batch, as in DDP, but keeps optimizer
+// state only for the parameters it owns (dist/zero/partition.h), so the state's memory is
+// divided by the number of ranks. A step:
+//   1. the gradient reducer (dist/reducer.h) holds the gradients in one flat bucket laid out
+//      by owner; when the last gradient arrives it is reduce-scattered (average), leaving each
+//      rank the averaged gradients of its own parameters;
+//   2. each rank's optimizer updates its own parameters, which live as views in a flat
+//      parameter buffer of the same layout;
+//   3. one all-gather of that buffer gives every rank every updated parameter.
+// The traffic is that of DDP's all-reduce (a reduce-scatter plus an all-gather). One bucket:
+// the reduce-scatter starts when backward ends, not during it. BatchNorm buffers are
+// broadcast from rank 0 before every forward and evaluation (DDP's default policy).
+// Parameters without a gradient in a step count as zero gradients.
+#pragma once
+
+#include "dist/buffer_sync.h"
+#include "dist/comm/communicator.h"
+#include "dist/reducer.h"
+#include "dist/replicated.h"
+#include "dist/zero/partition.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dtrain::dist {
+
+class ZeroStrategy : public ReplicatedStrategy, private CommHook {
+ public:
+  // dist.zero's options are validated by the config; stage 1 is the only one.
+  explicit ZeroStrategy(std::shared_ptr<Communicator> comm);
+
+  std::string name() const override { return "zero"; }
+  void attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) override;
+  void before_forward(int64_t step) override;
+  void before_backward(bool last_micro_step) override;
+  void after_backward(bool last_micro_step) override;
+  void before_eval() override;
+  // This rank's parameters: only their gradients are reduced here.
+  std::vector<torch::Tensor> gradient_owners() override { return owned_; }
+  void step(double lr) override;
+  void prepare_checkpoint() override;
+  void save(const std::string& dir) const override;
+  void load(const std::string& dir) override;
+
+  const ZeroPartition& partition() const { return partition_; }
+
+ private:
+  // CommHook: the one bucket is reduce-scattered into this rank's shard of averaged
+  // gradients, which its parameters then take as views.
+  std::unique_ptr<Work> launch(Bucket& bucket) override;
+  void finish(Bucket& bucket) override;
+  Collective collective() const override { return Collective::kReduceScatter; }
+
+  std::vector<torch::Tensor> owned_;
+  ZeroPartition partition_;
+  torch::Tensor flat_params_;  // [ranks * shard_numel]; every parameter is a view into it
+  torch::Tensor shard_grads_;  // [shard_numel]: this rank's averaged gradients
+  std::unique_ptr<BufferSync> buffer_sync_;
+  std::unique_ptr<GradientReducer> reducer_;
+  // On rank 0: every rank's serialized optimizer state, gathered by prepare_checkpoint().
+  std::vector<std::string> gathered_state_;
+};
+
+}  // namespace dtrain::dist
