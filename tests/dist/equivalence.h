@@ -3,7 +3,8 @@
 // global batches of every step (the same on every rank), the reference trained by one
 // process on the whole global batch, and a driver that runs any Strategy through the
 // training loop's call sequence on this rank's slice. Float64, so the only difference left
-// is summation order: strategies are held to 1e-12.
+// is summation order: strategies are held to 1e-12. On the CPU over MPI, or on this rank's
+// GPU over NCCL when DTRAIN_TEST_DEVICE=cuda (tests/dist/test_device.h).
 #pragma once
 
 #include "dist/comm/communicator.h"
@@ -11,7 +12,7 @@
 #include "optim/optimizer.h"
 #include "optim/state_bytes.h"
 
-#include "mpi_world.h"
+#include "test_device.h"
 
 #include <torch/torch.h>
 
@@ -26,7 +27,13 @@ namespace equivalence {
 constexpr int64_t kIn = 6, kHidden = 10, kClasses = 3, kPerRank = 4, kSteps = 4;
 constexpr double kTolerance = 1e-12;
 
-inline std::shared_ptr<dtrain::dist::Communicator> world() { return mpi_world(); }
+// The world on the test device, made once per process.
+inline std::shared_ptr<dtrain::dist::Communicator> world() {
+  static std::shared_ptr<dtrain::dist::Communicator> communicator =
+      dtrain::dist::make_world_communicator(test_device(), 60.0);
+  return communicator;
+}
+inline torch::Device device() { return world()->device(); }
 
 struct NetOptions {
   bool with_unused = false;  // a layer that takes part in no forward
@@ -57,7 +64,7 @@ TORCH_MODULE(Net);
 inline Net make_net(uint64_t seed = 0, NetOptions options = {}) {
   torch::manual_seed(seed);
   Net net(options);
-  net->to(torch::kFloat64);
+  net->to(device(), torch::kFloat64);
   return net;
 }
 
@@ -86,8 +93,8 @@ struct Data {
 };
 inline Data make_data(int64_t world_size) {
   auto gen = at::detail::createCPUGenerator(1234);
-  return {at::randn({kSteps, world_size * kPerRank, kIn}, gen, torch::kFloat64),
-          at::randint(kClasses, {kSteps, world_size * kPerRank}, gen, torch::kInt64)};
+  return {at::randn({kSteps, world_size * kPerRank, kIn}, gen, torch::kFloat64).to(device()),
+          at::randint(kClasses, {kSteps, world_size * kPerRank}, gen, torch::kInt64).to(device())};
 }
 
 // One process on each step's whole global batch. `state_bytes`, if given, receives the bytes

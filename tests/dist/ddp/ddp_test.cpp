@@ -114,9 +114,9 @@ TEST_CASE("BatchNorm buffers follow dist.ddp.buffers", "[dist][ddp]") {
   strategy.attach(*net, factory(optimizer_options("sgd")));
   // Different data on every rank: the running statistics drift apart.
   torch::manual_seed(100 + comm->rank());
-  net->forward(torch::randn({8, kIn}, torch::kFloat64));
+  net->forward(torch::randn({8, kIn}, torch::kFloat64).to(device()));
   const torch::Tensor local = net->norm->running_mean.clone();
-  torch::Tensor all = torch::empty({comm->size() * kHidden}, torch::kFloat64);
+  torch::Tensor all = torch::empty({comm->size() * kHidden}, net->norm->running_mean.options());
   comm->all_gather(local, all)->wait();
   const torch::Tensor per_rank = all.view({comm->size(), kHidden});
 
@@ -151,7 +151,7 @@ TEST_CASE("DDP with find_unused reduces gradients of earlier micro-steps", "[dis
   auto make_extra = [] {
     torch::manual_seed(99);
     torch::nn::Linear extra(kIn, kClasses + 1);
-    extra->to(torch::kFloat64);
+    extra->to(device(), torch::kFloat64);
     return extra;
   };
   constexpr int64_t kAccum = 2;
