@@ -7,6 +7,7 @@
 #include "dist/factory.h"
 #include "dist/sync_batchnorm.h"
 #include "trainer/config.h"
+#include "models/batch_norm.h"
 #include "models/registry.h"
 #include "optim/optimizer.h"
 
@@ -150,7 +151,8 @@ RunSetup build_run(const Config& config) {
                    ? control
                    : dist::make_world_communicator(setup.device, config.dist.timeout_s);
   if (config.model.sync_batchnorm && setup.world.size > 1) {
-    const int64_t layers = dist::enable_sync_batchnorm(*setup.model, setup.comm);
+    const int64_t layers = models::set_batchnorm_training_forward(
+        *setup.model, dist::sync_batchnorm_forward(setup.comm));
     log::info("SyncBatchNorm: {} BatchNorm layers use the global batch's statistics", layers);
   }
   setup.strategy = dist::make_strategy(config.dist, setup.comm);
