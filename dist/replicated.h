@@ -19,7 +19,7 @@ class ReplicatedStrategy : public Strategy {
       : comm_(std::move(comm)), current_(comm_->rank(), comm_->size()),
         last_(comm_->rank(), comm_->size()) {}
 
-  DataGroup data_group() const override { return {comm_->rank(), comm_->size()}; }
+  DataGroup data_group() const override { return {comm_->rank(), comm_->size(), comm_}; }
   void reduce_metrics(torch::Tensor values, ReduceOp op) override;
   NamedTensors model_state() override { return module_state(*model_); }
   void load_model_state(const NamedTensors& state) override;

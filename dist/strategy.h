@@ -30,10 +30,12 @@ using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 // rank) takes no data and runs the strategy's serve() instead.
 enum class Role { kWorker, kServer };
 
-// The ranks that take data and this rank's place among them: what the sampler shards by.
+// The ranks that take data and this rank's place among them: what the sampler shards by,
+// and the communicator over them (SyncBatchNorm's statistics); null on a rank that takes none.
 struct DataGroup {
   int rank = 0;
   int size = 1;
+  std::shared_ptr<Communicator> comm;
 };
 
 // One figure of the last completed step, under its metrics key ("comm/bytes", ...).

@@ -2,7 +2,6 @@
 
 #include "common/error.h"
 #include "dist/sync_batchnorm_kernels.h"
-#include "models/batch_norm.h"
 
 namespace dtrain::dist {
 
@@ -16,12 +15,13 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
                                const torch::Tensor& weight, const torch::Tensor& bias,
-                               models::BatchNormImpl* layer, Communicator* comm) {
+                               const torch::Tensor& running_mean,
+                               const torch::Tensor& running_var, double momentum, double eps,
+                               Communicator* comm) {
     const torch::Tensor x = input.contiguous(input.suggest_memory_format());
     const int64_t channels = x.size(1);
     const int64_t count = x.numel() / channels;
     DTRAIN_CHECK(count > 0, "SyncBatchNorm got an empty batch");
-    const double eps = layer->options().eps;
 
     auto [mean, invstd] = sync_bn::local_stats(x, eps);
     const torch::Tensor local =
@@ -32,7 +32,7 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     const torch::Tensor counts = gathered.select(1, 2 * channels);
     std::tie(mean, invstd) = sync_bn::global_stats(
         x, gathered.narrow(1, 0, channels), gathered.narrow(1, channels, channels), counts,
-        layer->running_mean, layer->running_var, layer->options().momentum, eps);
+        running_mean, running_var, momentum, eps);
 
     // The communicator outlives every graph built while SyncBatchNorm is on (trainer setup).
     ctx->saved_data["comm"] = reinterpret_cast<int64_t>(comm);
@@ -56,23 +56,24 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     const torch::Tensor grad_input =
         sync_bn::input_grad(grad_output, x, mean, invstd, weight, sums.narrow(0, 0, channels),
                             sums.narrow(0, channels, channels), counts);
-    return {grad_input, grad_weight, grad_bias, torch::Tensor(), torch::Tensor()};
+    // One entry per forward argument: input, weight, bias, then none for the rest.
+    torch::autograd::variable_list result(8);
+    result[0] = grad_input;
+    result[1] = grad_weight;
+    result[2] = grad_bias;
+    return result;
   }
 };
 
 }  // namespace
 
-int64_t enable_sync_batchnorm(torch::nn::Module& model, std::shared_ptr<Communicator> comm) {
-  int64_t layers = 0;
-  for (const auto& module : model.modules()) {
-    if (auto* norm = module->as<models::BatchNormImpl>()) {
-      norm->set_training_forward([comm](models::BatchNormImpl& layer, const torch::Tensor& input) {
-        return SyncBatchNormFunction::apply(input, layer.weight, layer.bias, &layer, comm.get());
-      });
-      ++layers;
-    }
-  }
-  return layers;
+BatchNormForward sync_batchnorm_forward(std::shared_ptr<Communicator> comm) {
+  return [comm](const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias,
+                const torch::Tensor& running_mean, const torch::Tensor& running_var,
+                double momentum, double eps) {
+    return SyncBatchNormFunction::apply(input, weight, bias, running_mean, running_var, momentum,
+                                        eps, comm.get());
+  };
 }
 
 }  // namespace dtrain::dist

@@ -37,8 +37,8 @@ std::tuple<torch::Tensor, torch::Tensor> global_stats(const torch::Tensor& input
                                                       const torch::Tensor& means,
                                                       const torch::Tensor& invstds,
                                                       const torch::Tensor& counts,
-                                                      torch::Tensor& running_mean,
-                                                      torch::Tensor& running_var,
+                                                      const torch::Tensor& running_mean,
+                                                      const torch::Tensor& running_var,
                                                       double momentum, double eps) {
   if (input.is_cuda()) {
     return at::batch_norm_gather_stats_with_counts(input, means, invstds, running_mean,

@@ -19,8 +19,8 @@ std::tuple<torch::Tensor, torch::Tensor> global_stats(const torch::Tensor& input
                                                       const torch::Tensor& means,
                                                       const torch::Tensor& invstds,
                                                       const torch::Tensor& counts,
-                                                      torch::Tensor& running_mean,
-                                                      torch::Tensor& running_var,
+                                                      const torch::Tensor& running_mean,
+                                                      const torch::Tensor& running_var,
                                                       double momentum, double eps);
 
 // (x - mean) * invstd * weight + bias, in the input's dtype and memory format.

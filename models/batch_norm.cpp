@@ -23,10 +23,24 @@ torch::Tensor BatchNormImpl::forward(const torch::Tensor& input) {
     torch::NoGradGuard no_grad;
     num_batches_tracked += 1;
   }
-  if (is_training() && training_forward_) return training_forward_(*this, input);
+  if (is_training() && training_forward_) {
+    return training_forward_(input, weight, bias, running_mean, running_var, options_.momentum,
+                             options_.eps);
+  }
   return torch::batch_norm(input, weight, bias, running_mean, running_var, is_training(),
                            options_.momentum, options_.eps,
                            at::globalContext().userEnabledCuDNN());
+}
+
+int64_t set_batchnorm_training_forward(torch::nn::Module& model, const BatchNormForward& forward) {
+  int64_t layers = 0;
+  for (const auto& module : model.modules()) {
+    if (auto* norm = module->as<BatchNormImpl>()) {
+      norm->set_training_forward(forward);
+      ++layers;
+    }
+  }
+  return layers;
 }
 
 }  // namespace dtrain::models

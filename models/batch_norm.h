@@ -1,14 +1,17 @@
 // BatchNorm over the channels (dim 1) of [N, C, ...] inputs, with PyTorch's parameter and
 // buffer names (weight, bias, running_mean, running_var, num_batches_tracked), so checkpoints
 // stay torchvision's. By default it is torch::nn::BatchNorm2d (the same ATen/cuDNN kernel).
-// dist::enable_sync_batchnorm replaces its training forward by SyncBatchNorm's, which
-// normalises with the statistics of the global batch; the models know nothing of
-// communicators: the replacement is all they see.
+// Its training forward can be replaced by a function on tensors, such as SyncBatchNorm's
+// (dist::sync_batchnorm_forward), which normalises with the statistics of the global batch;
+// the models know nothing of communicators: the function is all they see.
 #pragma once
+
+#include "common/batch_norm_forward.h"
 
 #include <torch/torch.h>
 
-#include <functional>
+#include <cstdint>
+#include <utility>
 
 namespace dtrain::models {
 
@@ -26,10 +29,9 @@ class BatchNormImpl : public torch::nn::Cloneable<BatchNormImpl> {
   void reset() override;
   torch::Tensor forward(const torch::Tensor& input);
 
-  // Normalises in training mode instead of the per-rank kernel, and updates the running
-  // statistics; the layer still counts the batches. Empty: per-rank statistics.
-  using TrainingForward = std::function<torch::Tensor(BatchNormImpl&, const torch::Tensor&)>;
-  void set_training_forward(TrainingForward forward) { training_forward_ = std::move(forward); }
+  // Called in training mode, instead of the per-rank kernel, with this layer's tensors and
+  // options; the layer still counts the batches. Empty: per-rank statistics.
+  void set_training_forward(BatchNormForward forward) { training_forward_ = std::move(forward); }
 
   const BatchNormOptions& options() const { return options_; }
 
@@ -37,8 +39,12 @@ class BatchNormImpl : public torch::nn::Cloneable<BatchNormImpl> {
 
  private:
   BatchNormOptions options_;
-  TrainingForward training_forward_;
+  BatchNormForward training_forward_;
 };
 TORCH_MODULE(BatchNorm);
+
+// Sets the training forward of every BatchNorm in `model` (an empty function restores the
+// per-rank kernel); returns how many layers it set.
+int64_t set_batchnorm_training_forward(torch::nn::Module& model, const BatchNormForward& forward);
 
 }  // namespace dtrain::models

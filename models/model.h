@@ -1,30 +1,20 @@
 // The model contract: a torch module whose forward maps images to logits, and which lists
-// its ordered units (stem, blocks, head) so that ZeRO-3 can gather parameters unit by unit.
+// its ordered units (stem, blocks, head) and runs each through UnitModule::run_unit, so that a
+// strategy's UnitHooks (common/units.h) can gather a unit's parameters before it runs.
 #pragma once
+
+#include "common/units.h"
 
 #include <torch/torch.h>
 
-#include <string>
-#include <vector>
-
 namespace dtrain::models {
 
-// One unit of the forward pass, in execution order. `prefix` is the unit's name prefix in the
-// model's named_parameters() / named_buffers(), ending in '.' (e.g. "layer2.1."): for every
-// (name, tensor) of module->named_parameters() and module->named_buffers(), the model holds the
-// same tensor as prefix + name. `module` is owned by the model and lives as long as it does.
-// A stem made of sibling modules is listed as one unit each (ResNet: "conv1.", then "bn1.").
-struct Unit {
-  std::string prefix;
-  torch::nn::Module* module;
-};
+using Unit = dtrain::Unit;
 
-class Model : public torch::nn::Module {
+class Model : public UnitModule {
  public:
   // images: [N, C, H, W] float; returns logits [N, num_classes].
   virtual torch::Tensor forward(torch::Tensor images) = 0;
-  // Units in forward order; together they own every parameter and buffer exactly once.
-  virtual std::vector<Unit> units() = 0;
 };
 
 }  // namespace dtrain::models

@@ -151,12 +151,19 @@ void ResNet::initialise(bool zero_init_residual) {
   }
 }
 
+// Units in units()'s order. The stem's ReLU runs inside bn1's unit: in place on the unit's
+// output outside it, it would move the output's history from under the unit's backward hook.
 torch::Tensor ResNet::forward(torch::Tensor images) {
-  auto x = bn1_(conv1_(images)).relu_();
+  int64_t unit = 0;
+  auto x = run_unit(unit++, images, [this](const torch::Tensor& t) { return conv1_(t); });
+  x = run_unit(unit++, x, [this](const torch::Tensor& t) { return bn1_(t).relu_(); });
   if (!small_stem_) x = torch::max_pool2d(x, /*kernel_size=*/3, /*stride=*/2, /*padding=*/1);
-  for (auto& entry : blocks_) x = entry.second->forward(x);
+  for (auto& entry : blocks_) {
+    ResidualBlock& block = *entry.second;
+    x = run_unit(unit++, x, [&block](const torch::Tensor& t) { return block.forward(t); });
+  }
   x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);  // [N, 512 * expansion]
-  return fc_(x);
+  return run_unit(unit, x, [this](const torch::Tensor& t) { return fc_(t); });
 }
 
 std::vector<Unit> ResNet::units() {

@@ -59,12 +59,16 @@ SimpleCNN::SimpleCNN(int64_t in_channels, int64_t width, int64_t num_classes) {
       "head", std::make_shared<detail::Head>(2 * width * kPooledSize * kPooledSize, num_classes));
 }
 
+// Units in units()'s order: block1..block3, head.
 torch::Tensor SimpleCNN::forward(torch::Tensor images) {
-  auto x = torch::max_pool2d(blocks_[0]->forward(images), 2);  // [N, w, H/2, W/2]
-  x = torch::max_pool2d(blocks_[1]->forward(x), 2);            // [N, 2w, H/4, W/4]
-  x = blocks_[2]->forward(x);                                   // [N, 2w, H/4, W/4]
+  auto block = [this](int64_t i, const torch::Tensor& x) {
+    return run_unit(i, x, [this, i](const torch::Tensor& t) { return blocks_[i]->forward(t); });
+  };
+  auto x = torch::max_pool2d(block(0, images), 2);  // [N, w, H/2, W/2]
+  x = torch::max_pool2d(block(1, x), 2);            // [N, 2w, H/4, W/4]
+  x = block(2, x);                                  // [N, 2w, H/4, W/4]
   x = torch::adaptive_avg_pool2d(x, {kPooledSize, kPooledSize}).flatten(1);  // [N, 18w]
-  return head_->forward(x);
+  return run_unit(3, x, [this](const torch::Tensor& t) { return head_->forward(t); });
 }
 
 std::vector<Unit> SimpleCNN::units() {

@@ -6,18 +6,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$1
 mkdir -p "$out"
-. scripts/gpu_env.sh
+. scripts/gpu_build.sh  # gpu_build; the GPU environment (scripts/gpu_env.sh)
 nvidia-smi -L | tee "$out/gpus.txt"
 gpus=$(nvidia-smi -L | wc -l)
 
-echo "== build"
-start=$(date +%s)
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-  >"$out/cmake.log" 2>&1 || { tail -30 "$out/cmake.log"; exit 1; }
-grep "dtrain:" "$out/cmake.log"
-cmake --build build-gpu --target dist_tests trainer bench_allreduce >"$out/build.log" 2>&1 \
-  || { grep -B2 -A12 "error" "$out/build.log" | head -100; exit 1; }
-echo "built in $(($(date +%s) - start)) s"
+gpu_build dist_tests trainer bench_allreduce
 
 echo "== multi-rank tests"
 (cd build-gpu && ctest --output-on-failure -R '^dist\.' -j 4) >"$out/ctest.log" 2>&1

@@ -6,16 +6,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$1
 mkdir -p "$out"
-. scripts/gpu_env.sh
+. scripts/gpu_build.sh  # gpu_build; the GPU environment (scripts/gpu_env.sh)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 
-echo "== build"
-start=$(date +%s)
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-  >"$out/cmake.log" 2>&1 || { tail -30 "$out/cmake.log"; exit 1; }
-grep "dtrain:" "$out/cmake.log"
-cmake --build build-gpu >"$out/build.log" 2>&1 || { grep -B2 -A8 "error" "$out/build.log" | head -60; exit 1; }
-echo "built in $(($(date +%s) - start)) s"
+gpu_build
 
 echo "== unit tests (end-to-end scripts need Debian's Fashion-MNIST, absent here)"
 (cd build-gpu && ctest --output-on-failure -E '^e2e\.' -j 8) >"$out/ctest.log" 2>&1

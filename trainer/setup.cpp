@@ -7,6 +7,7 @@
 #include "dist/factory.h"
 #include "dist/sync_batchnorm.h"
 #include "trainer/config.h"
+#include "models/batch_norm.h"
 #include "models/registry.h"
 #include "optim/optimizer.h"
 
@@ -149,20 +150,21 @@ RunSetup build_run(const Config& config) {
   setup.comm = setup.device.is_cpu()
                    ? control
                    : dist::make_world_communicator(setup.device, config.dist.timeout_s);
-  if (config.model.sync_batchnorm && setup.world.size > 1) {
-    const int64_t layers = dist::enable_sync_batchnorm(*setup.model, setup.comm);
+  setup.strategy = dist::make_strategy(config.dist, setup.comm);
+  // The strategy decides which ranks take data: the sampler shards over its data group, and
+  // SyncBatchNorm's statistics are those of the group's batch.
+  const dist::DataGroup group = setup.strategy->data_group();
+  if (config.model.sync_batchnorm && group.size > 1) {
+    const int64_t layers = models::set_batchnorm_training_forward(
+        *setup.model, dist::sync_batchnorm_forward(group.comm));
     log::info("SyncBatchNorm: {} BatchNorm layers use the global batch's statistics", layers);
   }
-  setup.strategy = dist::make_strategy(config.dist, setup.comm);
   const optim::OptimizerOptions optimizer_options = config.optim;
   setup.strategy->attach(*setup.model, [optimizer_options](const std::vector<torch::Tensor>& p) {
     return optim::make_optimizer(optimizer_options, p);
   });
 
   if (setup.strategy->role() == dist::Role::kServer) return setup;  // it takes no data
-
-  // The strategy decides which ranks take data: the sampler shards over its data group.
-  const dist::DataGroup group = setup.strategy->data_group();
   setup.train_loader = make_loader(train_set, config, data::Split::kTrain, group, setup.device);
   if (test_set) {
     setup.test_loader = make_loader(test_set, config, data::Split::kTest, group, setup.device);

@@ -3,15 +3,14 @@
 // SyncBatchNorm on N ranks of batch b must train exactly as one rank on batch N*b, running
 // statistics included. Float64: tolerance 1e-12. On MPI (CPU), or on NCCL with
 // DTRAIN_TEST_DEVICE=cuda, where ATen's fused SyncBatchNorm kernels do the arithmetic.
+// The function is tested on tensors, against torch::nn's BatchNorm; models::BatchNorm's use of
+// it is tested in tests/models/batch_norm_test.cpp.
 #include "dist/ddp/ddp.h"
 #include "dist/sync_batchnorm.h"
-#include "models/batch_norm.h"
 
 #include "test_device.h"
 
 #include <catch2/catch.hpp>
-
-using dtrain::models::BatchNorm;
 
 namespace {
 
@@ -26,16 +25,36 @@ double max_difference(const torch::Tensor& a, const torch::Tensor& b) {
 }
 
 constexpr int64_t kIn = 5, kHidden = 7, kClasses = 3, kPerRank = 4, kSteps = 3;
+constexpr double kMomentum = 0.1, kEps = 1e-5;  // torch::nn's BatchNorm defaults
 
+// The synced layer's own tensors, copied from a reference layer.
+struct Layer {
+  explicit Layer(torch::nn::BatchNorm2d& reference)
+      : weight(reference->weight.detach().clone().requires_grad_(true)),
+        bias(reference->bias.detach().clone().requires_grad_(true)),
+        running_mean(reference->running_mean.clone()),
+        running_var(reference->running_var.clone()) {}
+  torch::Tensor weight, bias, running_mean, running_var;
+};
+
+// In training, the norm runs `sync` when set, with the BatchNorm1d's tensors, as a
+// models::BatchNorm runs its training forward.
 struct NetImpl : torch::nn::Module {
   NetImpl() {
     body = register_module("body", torch::nn::Linear(kIn, kHidden));
-    norm = register_module("norm", BatchNorm(kHidden));
+    norm = register_module("norm", torch::nn::BatchNorm1d(kHidden));
     head = register_module("head", torch::nn::Linear(kHidden, kClasses));
   }
-  torch::Tensor forward(const torch::Tensor& x) { return head(torch::tanh(norm(body(x)))); }
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor h = body(x);
+    h = sync ? sync(h, norm->weight, norm->bias, norm->running_mean, norm->running_var, kMomentum,
+                    kEps)
+             : norm(h);
+    return head(torch::tanh(h));
+  }
   torch::nn::Linear body{nullptr}, head{nullptr};
-  BatchNorm norm{nullptr};
+  torch::nn::BatchNorm1d norm{nullptr};
+  dtrain::BatchNormForward sync;
 };
 TORCH_MODULE(Net);
 
@@ -66,38 +85,39 @@ TEST_CASE("SyncBatchNorm on slices equals BatchNorm on the whole batch, forward 
       at::randn(input.sizes(), gen, torch::kFloat64).to(comm->device()).contiguous(format);
 
   torch::manual_seed(1);
-  BatchNorm whole(4);
+  torch::nn::BatchNorm2d whole(torch::nn::BatchNorm2dOptions(4).momentum(kMomentum).eps(kEps));
   whole->to(comm->device(), torch::kFloat64);
   {
     torch::NoGradGuard no_grad;
     whole->weight.uniform_(0.5, 1.5);
     whole->bias.uniform_(-1.0, 1.0);
   }
-  BatchNorm synced(std::dynamic_pointer_cast<dtrain::models::BatchNormImpl>(whole->clone()));
-  REQUIRE(dtrain::dist::enable_sync_batchnorm(*synced, comm) == 1);
+  Layer synced(whole);
+  const dtrain::BatchNormForward sync = dtrain::dist::sync_batchnorm_forward(comm);
 
   for (int pass = 0; pass < 2; ++pass) {  // the second pass starts from updated running stats
     const torch::Tensor x_whole = input.clone().requires_grad_(true);
     const torch::Tensor y_whole = whole(x_whole);
     (y_whole * upstream).sum().backward();
     const torch::Tensor x_slice = input.narrow(0, comm->rank() * 3, 3).clone().requires_grad_(true);
-    const torch::Tensor y_slice = synced(x_slice);
+    const torch::Tensor y_slice = sync(x_slice, synced.weight, synced.bias, synced.running_mean,
+                                       synced.running_var, kMomentum, kEps);
     (y_slice * upstream.narrow(0, comm->rank() * 3, 3)).sum().backward();
 
     CHECK(max_difference(y_slice, y_whole.narrow(0, comm->rank() * 3, 3)) < 1e-12);
     CHECK(max_difference(x_slice.grad(), x_whole.grad().narrow(0, comm->rank() * 3, 3)) < 1e-12);
     // Parameter gradients are per-rank shares; summed over ranks they are the whole batch's.
-    torch::Tensor weight_grad = synced->weight.grad().clone();
+    torch::Tensor weight_grad = synced.weight.grad().clone();
     comm->all_reduce(weight_grad, dtrain::dist::ReduceOp::kSum)->wait();
     CHECK(max_difference(weight_grad, whole->weight.grad()) < 1e-12);
-    torch::Tensor bias_grad = synced->bias.grad().clone();
+    torch::Tensor bias_grad = synced.bias.grad().clone();
     comm->all_reduce(bias_grad, dtrain::dist::ReduceOp::kSum)->wait();
     CHECK(max_difference(bias_grad, whole->bias.grad()) < 1e-12);
-    CHECK(max_difference(synced->running_mean, whole->running_mean) < 1e-12);
-    CHECK(max_difference(synced->running_var, whole->running_var) < 1e-12);
-    CHECK(synced->num_batches_tracked.item<int64_t>() == pass + 1);
+    CHECK(max_difference(synced.running_mean, whole->running_mean) < 1e-12);
+    CHECK(max_difference(synced.running_var, whole->running_var) < 1e-12);
     whole->zero_grad();
-    synced->zero_grad();
+    synced.weight.mutable_grad().reset();
+    synced.bias.mutable_grad().reset();
   }
 }
 
@@ -111,17 +131,19 @@ TEST_CASE("SyncBatchNorm on bf16 slices matches fp32 BatchNorm on the whole batc
       (at::randn({n * 4, 6, 3, 3}, gen, torch::kFloat32) * 2.0 + 5.0).to(torch::kBFloat16);
   const torch::Tensor upstream = at::randn(input.sizes(), gen, torch::kFloat32);
 
-  BatchNorm whole(6);
+  torch::nn::BatchNorm2d whole(torch::nn::BatchNorm2dOptions(6).momentum(kMomentum).eps(kEps));
   whole->to(comm->device());
-  BatchNorm synced(std::dynamic_pointer_cast<dtrain::models::BatchNormImpl>(whole->clone()));
-  dtrain::dist::enable_sync_batchnorm(*synced, comm);
+  Layer synced(whole);
 
   const torch::Tensor x_whole = input.to(comm->device(), torch::kFloat32).requires_grad_(true);
   const torch::Tensor y_whole = whole(x_whole);
   (y_whole * upstream.to(comm->device())).sum().backward();
   const torch::Tensor x_slice =
       input.narrow(0, comm->rank() * 4, 4).to(comm->device()).requires_grad_(true);
-  const torch::Tensor y_slice = synced(x_slice);
+  const torch::Tensor y_slice =
+      dtrain::dist::sync_batchnorm_forward(comm)(x_slice, synced.weight, synced.bias,
+                                                 synced.running_mean, synced.running_var,
+                                                 kMomentum, kEps);
   (y_slice.to(torch::kFloat32) * upstream.narrow(0, comm->rank() * 4, 4).to(comm->device()))
       .sum()
       .backward();
@@ -133,8 +155,8 @@ TEST_CASE("SyncBatchNorm on bf16 slices matches fp32 BatchNorm on the whole batc
                        y_whole.narrow(0, comm->rank() * 4, 4).detach()) < 1.0 / 32);
   CHECK(max_difference(x_slice.grad().to(torch::kFloat32),
                        x_whole.grad().narrow(0, comm->rank() * 4, 4)) < 1.0 / 32);
-  CHECK(max_difference(synced->running_mean, whole->running_mean) < 1e-5);
-  CHECK(max_difference(synced->running_var, whole->running_var) < 1e-5);
+  CHECK(max_difference(synced.running_mean, whole->running_mean) < 1e-5);
+  CHECK(max_difference(synced.running_var, whole->running_var) < 1e-5);
 }
 
 TEST_CASE("DDP with SyncBatchNorm on N ranks trains as one rank on the N-times batch",
@@ -156,7 +178,7 @@ TEST_CASE("DDP with SyncBatchNorm on N ranks trains as one rank on the N-times b
   }
 
   Net net = make_net();
-  dtrain::dist::enable_sync_batchnorm(*net, comm);
+  net->sync = dtrain::dist::sync_batchnorm_forward(comm);
   dtrain::dist::DdpStrategy strategy({}, comm);
   strategy.attach(*net, sgd);
   for (int64_t step = 0; step < kSteps; ++step) {
