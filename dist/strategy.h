@@ -61,7 +61,9 @@ class Strategy {
 
   // ---- Training, in this order per step: before_forward, then per micro-step
   // before_backward, backward, after_backward; then step.
-  // Takes over the training state: synchronises initial weights, builds the optimizer.
+  // Takes over the training state: synchronises initial weights, builds the optimizer. A
+  // strategy that acts around each unit's forward and backward (ZeRO-3) finds the units
+  // through dtrain::UnitModule (common/units.h), which the models implement.
   virtual void attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) = 0;
   virtual void before_forward(int64_t step) { (void)step; }
   // `last_micro_step`: this backward completes the step's gradients (gradient accumulation
