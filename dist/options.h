@@ -1,7 +1,9 @@
-// Options of the dist layer (config section [dist] and its strategies' subsections).
+// Options of the dist layer (config section [dist] and its strategies' subsections), each key
+// declared once in declare(): the config layer reads, checks and documents them from there.
 #pragma once
 
 #include "common/error.h"
+#include "common/option_spec.h"
 
 #include <string>
 
@@ -24,6 +26,7 @@ struct DdpOptions {
   // Parameters without a gradient in a step are reduced as zeros instead of being an error.
   bool find_unused = false;
 
+  void declare(OptionSpecs& keys);
   FieldErrors validate() const;
 };
 
@@ -32,6 +35,7 @@ struct ZeroOptions {
   // 1: optimizer state sharded. Stages 2 (gradients) and 3 (parameters) are not built yet.
   int64_t stage = 1;
 
+  void declare(OptionSpecs& keys);
   FieldErrors validate() const;
 };
 
@@ -44,6 +48,7 @@ struct DistOptions {
   DdpOptions ddp;
   ZeroOptions zero;
 
+  void declare(OptionSpecs& keys);
   FieldErrors validate() const;
 };
 

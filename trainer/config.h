@@ -1,6 +1,6 @@
-// The config layer: TOML file + `--set key=value` overrides -> typed option structs.
-// Unknown keys, wrong types and out-of-range values are all collected and reported in one
-// pass as `file:line: key: problem`. Nothing below trainer/ sees TOML.
+// The config layer: TOML file + `--set key=value` overrides -> the typed options structs, through
+// the keys each module declares (common/option_spec.h). Every problem is reported in one pass,
+// in file order, as `file:line: key: problem`. Nothing below trainer/ sees TOML.
 #pragma once
 
 #include "trainer/options.h"

@@ -92,10 +92,46 @@ label_smoothing = 1.0
 )");
   const std::vector<std::string> problems = problems_of(path);
   REQUIRE(problems.size() == 4);
-  CHECK(problems[0] == path + ":7: train.label_smoothing: 1 is outside [0, 0.99]");
-  CHECK(problems[1] == path + ":6: train.precision: \"fp8\" is not one of: fp32, bf16, fp16");
-  CHECK(contains(problems[2], path + ":4: model.name: \"resnet51\" is not one of"));
-  CHECK(problems[3] == path + ":2: data.batch_size: 0 is below the minimum 1");
+  CHECK(problems[0] == path + ":2: data.batch_size: 0 is below the minimum 1");
+  CHECK(contains(problems[1], path + ":4: model.name: \"resnet51\" is not one of"));
+  CHECK(contains(problems[1], "(did you mean resnet50?)"));
+  CHECK(problems[2] == path + ":6: train.precision: \"fp8\" is not one of: fp32, bf16, fp16 "
+                              "(did you mean fp32?)");
+  CHECK(problems[3] == path + ":7: train.label_smoothing: 1 is outside [0, 0.99]");
+}
+
+TEST_CASE("unknown keys, wrong types and bad values are reported together, in file order",
+          "[config]") {
+  const std::string path = write_config("mixed.toml", R"([optim]
+lrr = 0.1
+lr = -1
+[data]
+batch_size = "many"
+eval_batch_size = 0
+[dist]
+strategy = "dpp"
+)");
+  const std::vector<std::string> problems = problems_of(path, {"dist.timeout_s=0"});
+  REQUIRE(problems.size() == 6);
+  CHECK(problems[0] == path + ":2: optim.lrr: unknown key (did you mean optim.lr?)");
+  CHECK(problems[1] == path + ":3: optim.lr: -1 is outside [0, 1000]");
+  CHECK(problems[2] == path + ":5: data.batch_size: expected an integer, got a string");
+  CHECK(problems[3] == path + ":6: data.eval_batch_size: 0 is below the minimum 1");
+  CHECK(problems[4] == path + ":8: dist.strategy: \"dpp\" is not one of: single, ddp, zero "
+                              "(did you mean ddp?)");
+  CHECK(problems[5] == "--set dist.timeout_s: 0 is outside [1, 86400]");
+}
+
+TEST_CASE("NaN and infinities are rejected wherever a float has a range", "[config]") {
+  CHECK(problems_of("", {"dist.ddp.bucket_mb=nan"}) ==
+        std::vector<std::string>{"--set dist.ddp.bucket_mb: nan is not a finite number; use a "
+                                 "value in [1e-06, 4096]"});
+  CHECK(problems_of("", {"optim.weight_decay=inf"}) ==
+        std::vector<std::string>{"--set optim.weight_decay: inf is not a finite number; use a "
+                                 "value >= 0"});
+  CHECK(problems_of("", {"train.label_smoothing=-inf"}) ==
+        std::vector<std::string>{"--set train.label_smoothing: -inf is not a finite number; "
+                                 "use a value in [0, 0.99]"});
 }
 
 TEST_CASE("autocast precisions are rejected on a CPU run", "[config]") {
