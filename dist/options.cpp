@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace dtrain::dist {
 
 void DdpOptions::declare(OptionSpecs& keys) {
@@ -37,10 +39,9 @@ FieldErrors ZeroOptions::validate() const {
 }
 
 void DistOptions::declare(OptionSpecs& keys) {
-  keys.add("strategy", &strategy,
+  keys.add("strategy", &strategy, kStrategyNames,
            "how ranks cooperate: single (one rank), ddp (data parallel) or zero (data "
-           "parallel, optimizer state sharded over the ranks)")
-      .one_of({"single", "ddp", "zero"});
+           "parallel, optimizer state sharded over the ranks)");
   keys.add("timeout_s", &timeout_s,
            "bound on any collective; a rank that never joins ends the job")
       .range(1.0, 86400.0);
@@ -48,11 +49,32 @@ void DistOptions::declare(OptionSpecs& keys) {
   keys.add_section("zero", zero);
 }
 
-FieldErrors DistOptions::validate() const {
+FieldErrors DistOptions::validate(const DistContext& context) const {
   FieldErrors errors = check_declared(*this);
   for (FieldError& error : ddp.validate()) errors.push_back({"ddp." + error.key, error.problem});
   for (FieldError& error : zero.validate()) errors.push_back({"zero." + error.key, error.problem});
+  if (strategy == StrategyKind::kZero && context.fp16_loss_scaling) {
+    errors.push_back({"strategy", "fp16 loss scaling (train.precision = \"fp16\") is not "
+                                  "available with \"zero\" (each rank sees only its own "
+                                  "gradients); use train.precision = \"bf16\""});
+  }
   return errors;
+}
+
+FieldErrors DistOptions::unused_keys() const {
+  FieldErrors warnings;
+  for (const std::string& key : changed_keys(*this)) {
+    const size_t dot = key.find('.');
+    if (dot == std::string::npos) continue;
+    const std::string section = key.substr(0, dot);
+    const bool of_a_strategy = std::find(kStrategyNames.begin(), kStrategyNames.end(),
+                                         section) != kStrategyNames.end();
+    if (of_a_strategy && section != strategy_name(strategy)) {
+      warnings.push_back({key, fmt::format("has no effect under dist.strategy = \"{}\"",
+                                           strategy_name(strategy))});
+    }
+  }
+  return warnings;
 }
 
 }  // namespace dtrain::dist

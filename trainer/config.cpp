@@ -23,7 +23,7 @@ ConfigError::ConfigError(std::vector<std::string> problems)
 
 namespace {
 
-// Collects problems with the place each key came from, and hands them back in
+// Collects problems (or warnings) with the place each key came from, and hands them back in
 // file order, then those from --set, then those of keys set nowhere.
 class Problems {
  public:
@@ -190,16 +190,20 @@ void report(const FieldErrors& errors, const std::string& section, const toml::t
   }
 }
 
-// Every section's validate(), then the rules between sections.
+// Every section's validate(), the rules between the trainer's own sections, and warnings.
 void validate_sections(const Config& config, const toml::table& root,
-                       const std::set<std::string>& unread, Problems& problems) {
+                       const std::set<std::string>& unread, Problems& problems,
+                       Problems& warnings) {
   report(config.run.validate(), "run", root, unread, problems);
   report(config.train.validate(), "train", root, unread, problems);
   report(config.model.validate(), "model", root, unread, problems);
   report(config.data.validate(), "data", root, unread, problems);
   report(config.optim.validate(), "optim", root, unread, problems);
   report(config.schedule.validate(), "schedule", root, unread, problems);
-  report(config.dist.validate(), "dist", root, unread, problems);
+  dist::DistContext dist_context;
+  dist_context.fp16_loss_scaling = config.train.precision == "fp16";
+  report(config.dist.validate(dist_context), "dist", root, unread, problems);
+  report(config.dist.unused_keys(), "dist", root, unread, warnings);
 
   if (config.train.precision != "fp32" && config.run.device == "cpu") {
     problems.add("train.precision", source_of(root, "train.precision"),
@@ -207,29 +211,36 @@ void validate_sections(const Config& config, const toml::table& root,
                              "\"fp32\" on CPU",
                              config.train.precision));
   }
-  if (config.dist.strategy == "zero" && config.train.precision == "fp16") {
-    problems.add("train.precision", source_of(root, "train.precision"),
-                 "fp16 loss scaling is not available with dist.strategy = \"zero\" (each rank "
-                 "sees only its own gradients); use \"bf16\"");
-  }
   if (config.model.name == "simple_cnn" && config.model.zero_init_residual) {
-    log::warn("model.zero_init_residual has no effect on simple_cnn (it has no residual blocks)");
+    warnings.add("model.zero_init_residual", source_of(root, "model.zero_init_residual"),
+                 "has no effect on simple_cnn (it has no residual blocks)");
   }
 }
 
 }  // namespace
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+Config load_config(const std::string& path, const std::vector<std::string>& overrides,
+                   std::vector<std::string>& warnings) {
   toml::table root = read_file(path);
-  Problems problems(path.empty() ? "<defaults>" : path);
+  const std::string file = path.empty() ? "<defaults>" : path;
+  Problems problems(file);
+  Problems warned(file);
   for (const std::string& assignment : overrides) apply_override(root, assignment, problems);
 
   Config config;
   const OptionSpecs declared = config_keys(config);
   std::set<std::string> unread;
   read_root(root, KeyTable(declared), unread, problems);
-  validate_sections(config, root, unread, problems);
+  validate_sections(config, root, unread, problems, warned);
+  warnings = warned.take();
   if (!problems.empty()) throw ConfigError(problems.take());
+  return config;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::vector<std::string> warnings;
+  Config config = load_config(path, overrides, warnings);
+  for (const std::string& warning : warnings) log::warn("{}", warning);
   return config;
 }
 

@@ -22,8 +22,12 @@ class ConfigError : public std::runtime_error {
 };
 
 // Reads `path` (empty: defaults only) and applies `overrides` ("section.key=value", the value
-// in TOML syntax, bare words taken as strings). Throws ConfigError.
+// in TOML syntax, bare words taken as strings). Throws ConfigError. Keys that are valid but
+// have no effect (a key of a strategy other than the chosen one) are logged as warnings.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+// The same, handing the warnings (`file:line: key: problem`) to the caller instead.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides,
+                   std::vector<std::string>& warnings);
 
 // The resolved config as TOML, every key present (saved beside each run).
 std::string to_toml(const Config& config);

@@ -31,6 +31,14 @@ std::vector<std::string> problems_of(const std::string& path,
   return {};
 }
 
+// The warnings of a config that loads (a config with problems throws ConfigError).
+std::vector<std::string> warnings_of(const std::string& path,
+                                     const std::vector<std::string>& overrides = {}) {
+  std::vector<std::string> warnings;
+  load_config(path, overrides, warnings);
+  return warnings;
+}
+
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
@@ -134,6 +142,31 @@ TEST_CASE("NaN and infinities are rejected wherever a float has a range", "[conf
                                  "use a value in [0, 0.99]"});
 }
 
+TEST_CASE("the strategy's requirements of the rest of the config come from dist", "[config]") {
+  CHECK(problems_of("", {"dist.strategy=zero", "train.precision=fp16"}) ==
+        std::vector<std::string>{"--set dist.strategy: fp16 loss scaling (train.precision = "
+                                 "\"fp16\") is not available with \"zero\" (each rank sees "
+                                 "only its own gradients); use train.precision = \"bf16\""});
+  CHECK(problems_of("", {"dist.strategy=ddp", "train.precision=fp16"}).empty());
+}
+
+TEST_CASE("a key of a strategy other than the chosen one is a warning", "[config]") {
+  const std::string path = write_config("other_strategy.toml", R"([dist]
+strategy = "zero"
+[dist.ddp]
+overlap = false
+)");
+  CHECK(warnings_of(path, {"dist.ddp.bucket_mb=4"}) ==
+        std::vector<std::string>{
+            path + ":4: dist.ddp.overlap: has no effect under dist.strategy = \"zero\"",
+            "--set dist.ddp.bucket_mb: has no effect under dist.strategy = \"zero\""});
+  CHECK(warnings_of(path, {"dist.strategy=ddp"}).empty());
+  // The resolved config writes every key, the other strategies' at their defaults: no warning.
+  const Config zero = load_config("", {"dist.strategy=zero"});
+  const std::string resolved = write_config("zero_resolved.toml", dtrain::trainer::to_toml(zero));
+  CHECK(warnings_of(resolved).empty());
+}
+
 TEST_CASE("autocast precisions are rejected on a CPU run", "[config]") {
   const std::vector<std::string> problems =
       problems_of("", {"run.device=cpu", "train.precision=bf16"});
@@ -159,7 +192,7 @@ TEST_CASE("subsections such as [dist.ddp] load, override and reject unknown keys
   const std::string path =
       write_config("ddp.toml", "[dist]\nstrategy = \"ddp\"\n\n[dist.ddp]\nbucket_mb = 4.0\n");
   Config config = load_config(path, {"dist.ddp.overlap=false"});
-  CHECK(config.dist.strategy == "ddp");
+  CHECK(config.dist.strategy == dtrain::dist::StrategyKind::kDdp);
   CHECK(config.dist.ddp.bucket_mb == 4.0);
   CHECK_FALSE(config.dist.ddp.overlap);
 
@@ -222,6 +255,7 @@ TEST_CASE("every shipped config in configs/ loads without a problem", "[config]"
     if (entry.path().extension() != ".toml") continue;
     INFO(entry.path().string());
     CHECK(problems_of(entry.path().string()).empty());
+    CHECK(warnings_of(entry.path().string()).empty());
     ++loaded;
   }
   CHECK(loaded >= 2);
