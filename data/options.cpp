@@ -1,27 +1,33 @@
 #include "data/options.h"
 
-// fmt::join, used by common/options_check.h, moved to fmt/ranges.h in fmt 10 (the fmt that
-// LibTorch 2.x brings); it must be declared before that header.
-#include <fmt/ranges.h>
-
-#include "common/options_check.h"
-
 namespace dtrain::data {
 
-FieldErrors DataOptions::validate() const {
-  FieldErrors errors;
-  check_one_of(errors, "dataset", dataset,
-               {"fashion_mnist", "mnist", "cifar10", "image_folder", "synthetic"});
-  check_at_least<int64_t>(errors, "batch_size", batch_size, 1);
-  check_at_least<int64_t>(errors, "eval_batch_size", eval_batch_size, 1);
-  check_range<int64_t>(errors, "num_workers", num_workers, 0, 256);
-  check_range<int64_t>(errors, "prefetch", prefetch, 1, 1024);
-  check_range<int64_t>(errors, "image_size", image_size, 8, 4096);
-  check_at_least<int64_t>(errors, "synthetic_samples", synthetic_samples, 1);
-  check_at_least<int64_t>(errors, "synthetic_classes", synthetic_classes, 2);
-  check_range<int64_t>(errors, "synthetic_channels", synthetic_channels, 1, 64);
-  check_range<int64_t>(errors, "synthetic_image_size", synthetic_image_size, 8, 4096);
-  return errors;
+void DataOptions::declare(OptionSpecs& keys) {
+  keys.add("dataset", &dataset,
+           "fashion_mnist or mnist (IDX files), cifar10 (binary batches), image_folder (a "
+           "sub-folder per class), synthetic")
+      .one_of({"fashion_mnist", "mnist", "cifar10", "image_folder", "synthetic"});
+  keys.add("path", &path, "directory holding the dataset files (image_folder: train/ and val/)");
+  keys.add("batch_size", &batch_size,
+           "images per rank per micro-step (global = batch_size x world x grad_accum)")
+      .at_least(1);
+  keys.add("eval_batch_size", &eval_batch_size, "evaluation images per rank").at_least(1);
+  keys.add("num_workers", &num_workers,
+           "loader threads per rank (0: load on the training thread)")
+      .range(0, 256);
+  keys.add("prefetch", &prefetch, "batches prepared ahead of training").range(1, 1024);
+  keys.add("shuffle", &shuffle, "reshuffle the training set every epoch");
+  keys.add("augment", &augment,
+           "training augmentation (crop + flip for CIFAR-10 and image folders)");
+  keys.add("image_size", &image_size, "image_folder: training crop side in pixels")
+      .range(8, 4096);
+  keys.add("synthetic_samples", &synthetic_samples, "synthetic: samples per epoch").at_least(1);
+  keys.add("synthetic_classes", &synthetic_classes, "synthetic: classes").at_least(2);
+  keys.add("synthetic_channels", &synthetic_channels, "synthetic: image channels").range(1, 64);
+  keys.add("synthetic_image_size", &synthetic_image_size, "synthetic: image side in pixels")
+      .range(8, 4096);
 }
+
+FieldErrors DataOptions::validate() const { return check_declared(*this); }
 
 }  // namespace dtrain::data

@@ -1,7 +1,8 @@
-// Options of the data pipeline (config section [data]).
+// Options of the data pipeline (config section [data]), each key declared in declare().
 #pragma once
 
 #include "common/error.h"
+#include "common/option_spec.h"
 
 #include <cstdint>
 #include <string>
@@ -36,6 +37,7 @@ struct DataOptions {
   int64_t synthetic_channels = 3;
   int64_t synthetic_image_size = 224;
 
+  void declare(OptionSpecs& keys);
   FieldErrors validate() const;
 };
 

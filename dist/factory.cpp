@@ -10,7 +10,7 @@ namespace dtrain::dist {
 
 std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
                                         std::shared_ptr<Communicator> world) {
-  if (options.strategy == "single") {
+  if (options.strategy == StrategyKind::kSingle) {
     if (world->size() > 1) {
       throw UserError(fmt::format(
           "dist.strategy = \"single\" with {} ranks: each rank would train alone; use "
@@ -19,9 +19,12 @@ std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
     }
     return std::make_unique<SingleStrategy>(world);
   }
-  if (options.strategy == "ddp") return std::make_unique<DdpStrategy>(options.ddp, world);
-  if (options.strategy == "zero") return std::make_unique<ZeroStrategy>(world);
-  throw UserError("dist.strategy: \"" + options.strategy + "\" is not available in this build");
+  if (options.strategy == StrategyKind::kDdp) {
+    return std::make_unique<DdpStrategy>(options.ddp, world);
+  }
+  if (options.strategy == StrategyKind::kZero) return std::make_unique<ZeroStrategy>(world);
+  throw UserError(fmt::format("dist.strategy: \"{}\" is not available in this build",
+                              strategy_name(options.strategy)));
 }
 
 }  // namespace dtrain::dist

@@ -1,34 +1,80 @@
 #include "dist/options.h"
 
-#include "common/options_check.h"
+#include <fmt/format.h>
+
+#include <algorithm>
 
 namespace dtrain::dist {
 
-FieldErrors DdpOptions::validate() const {
-  FieldErrors errors;
-  check_range(errors, "bucket_mb", bucket_mb, 1e-6, 4096.0);
-  check_range(errors, "first_bucket_mb", first_bucket_mb, 1e-6, 4096.0);
-  check_one_of(errors, "buffers", buffers, {"broadcast", "average", "local"});
-  return errors;
+void DdpOptions::declare(OptionSpecs& keys) {
+  keys.add("bucket_mb", &bucket_mb, "gradient MiB per all-reduce bucket").range(1e-6, 4096.0);
+  keys.add("first_bucket_mb", &first_bucket_mb,
+           "MiB of the first bucket (last layers, ready first): small, to start early")
+      .range(1e-6, 4096.0);
+  keys.add("overlap", &overlap, "all-reduce buckets during backward (false: after it)");
+  keys.add("buffers", &buffers,
+           "BatchNorm statistics before each forward: broadcast from rank 0, average over "
+           "ranks, or keep local")
+      .one_of({"broadcast", "average", "local"});
+  keys.add("find_unused", &find_unused,
+           "reduce parameters that got no gradient as zeros instead of stopping");
+}
+
+FieldErrors DdpOptions::validate() const { return check_declared(*this); }
+
+void ZeroOptions::declare(OptionSpecs& keys) {
+  keys.add("stage", &stage,
+           "ZeRO stage: 1 shards the optimizer state (stages 2 and 3 are not built yet)")
+      .range(1, 3);
 }
 
 FieldErrors ZeroOptions::validate() const {
-  FieldErrors errors;
-  if (stage != 1) {
-    errors.push_back({"stage", "ZeRO stage " + std::to_string(stage) +
-                                   " is not available: this version has stage 1 (sharded "
-                                   "optimizer state) only"});
+  FieldErrors errors = check_declared(*this);
+  if (stage == 2 || stage == 3) {
+    errors.push_back({"stage", fmt::format("ZeRO stage {} is not available: this version has "
+                                           "stage 1 (sharded optimizer state) only",
+                                           stage)});
   }
   return errors;
 }
 
-FieldErrors DistOptions::validate() const {
-  FieldErrors errors;
-  check_one_of(errors, "strategy", strategy, {"single", "ddp", "zero"});
-  check_range(errors, "timeout_s", timeout_s, 1.0, 86400.0);
+void DistOptions::declare(OptionSpecs& keys) {
+  keys.add("strategy", &strategy, kStrategyNames,
+           "how ranks cooperate: single (one rank), ddp (data parallel) or zero (data "
+           "parallel, optimizer state sharded over the ranks)");
+  keys.add("timeout_s", &timeout_s,
+           "bound on any collective; a rank that never joins ends the job")
+      .range(1.0, 86400.0);
+  keys.add_section("ddp", ddp);
+  keys.add_section("zero", zero);
+}
+
+FieldErrors DistOptions::validate(const DistContext& context) const {
+  FieldErrors errors = check_declared(*this);
   for (FieldError& error : ddp.validate()) errors.push_back({"ddp." + error.key, error.problem});
   for (FieldError& error : zero.validate()) errors.push_back({"zero." + error.key, error.problem});
+  if (strategy == StrategyKind::kZero && context.fp16_loss_scaling) {
+    errors.push_back({"strategy", "fp16 loss scaling (train.precision = \"fp16\") is not "
+                                  "available with \"zero\" (each rank sees only its own "
+                                  "gradients); use train.precision = \"bf16\""});
+  }
   return errors;
+}
+
+FieldErrors DistOptions::unused_keys() const {
+  FieldErrors warnings;
+  for (const std::string& key : changed_keys(*this)) {
+    const size_t dot = key.find('.');
+    if (dot == std::string::npos) continue;
+    const std::string section = key.substr(0, dot);
+    const bool of_a_strategy = std::find(kStrategyNames.begin(), kStrategyNames.end(),
+                                         section) != kStrategyNames.end();
+    if (of_a_strategy && section != strategy_name(strategy)) {
+      warnings.push_back({key, fmt::format("has no effect under dist.strategy = \"{}\"",
+                                           strategy_name(strategy))});
+    }
+  }
+  return warnings;
 }
 
 }  // namespace dtrain::dist

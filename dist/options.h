@@ -1,8 +1,12 @@
-// Options of the dist layer (config section [dist] and its strategies' subsections).
+// Options of the dist layer (config section [dist] and its strategies' subsections), each key
+// declared once in declare(): the config layer reads, checks and documents them from there.
 #pragma once
 
 #include "common/error.h"
+#include "common/option_spec.h"
 
+#include <array>
+#include <cstddef>
 #include <string>
 
 namespace dtrain::dist {
@@ -24,6 +28,7 @@ struct DdpOptions {
   // Parameters without a gradient in a step are reduced as zeros instead of being an error.
   bool find_unused = false;
 
+  void declare(OptionSpecs& keys);
   FieldErrors validate() const;
 };
 
@@ -32,19 +37,40 @@ struct ZeroOptions {
   // 1: optimizer state sharded. Stages 2 (gradients) and 3 (parameters) are not built yet.
   int64_t stage = 1;
 
+  void declare(OptionSpecs& keys);
   FieldErrors validate() const;
 };
 
+// How ranks cooperate. Each strategy's options are the subsection named after it.
+enum class StrategyKind { kSingle, kDdp, kZero };
+// The config names of the strategies, in the order of StrategyKind.
+inline constexpr std::array<const char*, 3> kStrategyNames = {"single", "ddp", "zero"};
+inline const char* strategy_name(StrategyKind kind) {
+  return kStrategyNames[static_cast<size_t>(kind)];
+}
+
+// What dist needs to know of the rest of the config; the trainer fills it.
+struct DistContext {
+  // Dynamic loss scaling (train.precision = "fp16"): the overflow check reads every gradient.
+  bool fp16_loss_scaling = false;
+};
+
 struct DistOptions {
-  // How ranks cooperate. "single": one rank, no communication; "ddp": data parallel; "zero":
-  // data parallel with sharded optimizer state.
-  std::string strategy = "single";
+  // "single": one rank, no communication; "ddp": data parallel; "zero": data parallel with
+  // sharded optimizer state.
+  StrategyKind strategy = StrategyKind::kSingle;
   // Upper bound on any collective; a rank that never joins ends the job after this long.
   double timeout_s = 300.0;
   DdpOptions ddp;
   ZeroOptions zero;
 
-  FieldErrors validate() const;
+  void declare(OptionSpecs& keys);
+  // The declared ranges and choices, the subsections' checks, and what the chosen strategy
+  // requires of the rest of the config.
+  FieldErrors validate(const DistContext& context) const;
+  // Keys of another strategy's subsection set to something other than their defaults: they
+  // have no effect (warnings, not errors).
+  FieldErrors unused_keys() const;
 };
 
 }  // namespace dtrain::dist

@@ -1,7 +1,8 @@
-// Options of the model registry (config section [model]).
+// Options of the model registry (config section [model]), each key declared in declare().
 #pragma once
 
 #include "common/error.h"
+#include "common/option_spec.h"
 
 #include <cstdint>
 #include <string>
@@ -24,6 +25,7 @@ struct ModelOptions {
   // ranks, in training (dist/sync_batchnorm.h); no effect on one rank.
   bool sync_batchnorm = false;
 
+  void declare(OptionSpecs& keys);
   FieldErrors validate() const;
 };
 

@@ -1,22 +1,41 @@
 #include "optim/options.h"
 
-#include "common/options_check.h"
-
 namespace dtrain::optim {
 
+void OptimizerOptions::declare(OptionSpecs& keys) {
+  keys.add("name", &name,
+           "sgd (momentum, optional Nesterov), adamw, lars (momentum SGD with a layer-wise trust "
+           "ratio) or lamb (Adam with a layer-wise trust ratio)")
+      .one_of({"sgd", "adamw", "lars", "lamb"});
+  keys.add("lr", &lr, "peak learning rate, reached at the end of warmup").range(0.0, 1e3);
+  keys.add("momentum", &momentum, "sgd and lars: momentum").range(0.0, 1.0);
+  keys.add("nesterov", &nesterov, "sgd: Nesterov momentum (needs momentum > 0)");
+  keys.add("weight_decay", &weight_decay,
+           "L2 weight decay added to the gradient (sgd, lars), or decoupled: added to the Adam "
+           "step (adamw, lamb)")
+      .at_least(0.0);
+  keys.add("decay_norm_and_bias", &decay_norm_and_bias,
+           "apply weight decay to 1-D tensors (biases, normalisation) too");
+  keys.add("beta1", &beta1, "adamw and lamb: first-moment decay").range(0.0, 1.0);
+  keys.add("beta2", &beta2, "adamw and lamb: second-moment decay").range(0.0, 1.0);
+  keys.add("eps", &eps, "adamw and lamb: denominator epsilon").range(0.0, 1.0);
+  keys.add("adapt_norm_and_bias", &adapt_norm_and_bias,
+           "lars/lamb: trust-ratio adaptation for 1-D tensors too");
+  keys.add("trust_coefficient", &trust_coefficient,
+           "lars: eta of the trust ratio eta norm(w) / (norm(g) + wd norm(w) + trust_eps)")
+      .range(1e-9, 1e3);
+  keys.add("trust_eps", &trust_eps, "lars/lamb: trust-ratio denominator epsilon")
+      .range(0.0, 1.0);
+  keys.add("max_trust_ratio", &max_trust_ratio,
+           "lars/lamb: upper clamp of the trust ratio; 0 = off")
+      .at_least(0.0);
+  keys.add("max_grad_norm", &max_grad_norm,
+           "lamb: global gradient-norm clipping before the moments; 0 = off")
+      .at_least(0.0);
+}
+
 FieldErrors OptimizerOptions::validate() const {
-  FieldErrors errors;
-  check_one_of(errors, "name", name, {"sgd", "adamw", "lars", "lamb"});
-  check_range(errors, "lr", lr, 0.0, 1e3);
-  check_range(errors, "momentum", momentum, 0.0, 1.0);
-  check_at_least(errors, "weight_decay", weight_decay, 0.0);
-  check_range(errors, "beta1", beta1, 0.0, 1.0);
-  check_range(errors, "beta2", beta2, 0.0, 1.0);
-  check_range(errors, "eps", eps, 0.0, 1.0);
-  check_range(errors, "trust_coefficient", trust_coefficient, 1e-9, 1e3);
-  check_range(errors, "trust_eps", trust_eps, 0.0, 1.0);
-  check_at_least(errors, "max_trust_ratio", max_trust_ratio, 0.0);
-  check_at_least(errors, "max_grad_norm", max_grad_norm, 0.0);
+  FieldErrors errors = check_declared(*this);
   if (name == "lars" && momentum >= 1.0) {
     errors.push_back({"momentum", "must be below 1 for lars"});
   }
@@ -29,14 +48,23 @@ FieldErrors OptimizerOptions::validate() const {
   return errors;
 }
 
+void ScheduleOptions::declare(OptionSpecs& keys) {
+  keys.add("decay", &decay,
+           "after warmup: cosine (to min_lr), poly (to min_lr as (1 - t/T)^power), step "
+           "(x gamma at milestones), constant")
+      .one_of({"cosine", "poly", "step", "constant"});
+  keys.add("warmup_epochs", &warmup_epochs, "linear warmup length in epochs (fractions allowed)")
+      .at_least(0.0);
+  keys.add("warmup_start_factor", &warmup_start_factor, "warmup starts at lr x this factor")
+      .range(0.0, 1.0);
+  keys.add("milestones", &milestones, "step decay: epochs where lr x= gamma (increasing)");
+  keys.add("gamma", &gamma, "step decay factor").range(0.0, 1.0);
+  keys.add("min_lr", &min_lr, "cosine and poly decay floor").at_least(0.0);
+  keys.add("power", &power, "poly decay exponent").range(1e-3, 100.0);
+}
+
 FieldErrors ScheduleOptions::validate() const {
-  FieldErrors errors;
-  check_one_of(errors, "decay", decay, {"cosine", "poly", "step", "constant"});
-  check_at_least(errors, "warmup_epochs", warmup_epochs, 0.0);
-  check_range(errors, "warmup_start_factor", warmup_start_factor, 0.0, 1.0);
-  check_range(errors, "gamma", gamma, 0.0, 1.0);
-  check_at_least(errors, "min_lr", min_lr, 0.0);
-  check_range(errors, "power", power, 1e-3, 100.0);
+  FieldErrors errors = check_declared(*this);
   for (size_t i = 0; i < milestones.size(); ++i) {
     if (milestones[i] < 1 || (i > 0 && milestones[i] <= milestones[i - 1])) {
       errors.push_back({"milestones", "must be increasing epochs >= 1"});

@@ -1,7 +1,9 @@
-// Options of the optimizer and the learning-rate schedule (config sections [optim], [schedule]).
+// Options of the optimizer and the learning-rate schedule (config sections [optim], [schedule]),
+// each key declared in declare().
 #pragma once
 
 #include "common/error.h"
+#include "common/option_spec.h"
 
 #include <cstdint>
 #include <string>
@@ -35,6 +37,7 @@ struct OptimizerOptions {
   // lamb: clip the global gradient norm to this before the moments; 0 = off.
   double max_grad_norm = 0.0;
 
+  void declare(OptionSpecs& keys);
   FieldErrors validate() const;
 };
 
@@ -51,6 +54,7 @@ struct ScheduleOptions {
   // Exponent of the "poly" decay.
   double power = 2.0;
 
+  void declare(OptionSpecs& keys);
   FieldErrors validate() const;
 };
 

@@ -1,16 +1,19 @@
 #include "trainer/config.h"
 
+#include "common/did_you_mean.h"
 #include "common/log.h"
-#include "trainer/config_schema.h"
+#include "trainer/toml_binding.h"
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 namespace dtrain::trainer {
 
@@ -20,66 +23,53 @@ ConfigError::ConfigError(std::vector<std::string> problems)
 
 namespace {
 
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-size_t common_prefix(const std::string& a, const std::string& b) {
-  size_t n = 0;
-  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
-  return n;
-}
-
-// The closest known name, ties going to the longest shared prefix ("lrate" -> "lr").
-std::string did_you_mean(const std::string& wrong, const std::vector<std::string>& known) {
-  std::string best;
-  size_t best_distance = std::max<size_t>(3, wrong.size() / 3) + 1;
-  size_t best_prefix = 0;
-  for (const std::string& candidate : known) {
-    const size_t distance = edit_distance(wrong, candidate);
-    const size_t prefix = common_prefix(wrong, candidate);
-    if (distance < best_distance || (distance == best_distance && prefix > best_prefix)) {
-      best = candidate;
-      best_distance = distance;
-      best_prefix = prefix;
-    }
-  }
-  return best.empty() ? "" : fmt::format(" (did you mean {}?)", best);
-}
-
-// Collects problems with the file/line each key came from.
+// Collects problems (or warnings) with the place each key came from, and hands them back in
+// file order, then those from --set, then those of keys set nowhere.
 class Problems {
  public:
   explicit Problems(std::string file) : file_(std::move(file)) {}
 
   void add(const std::string& key, const toml::source_region& source, const std::string& what) {
     if (source.path && *source.path == "--set") {
-      problems_.push_back(fmt::format("--set {}: {}", key, what));
+      add(kFromSet, 0, fmt::format("--set {}: {}", key, what));
     } else if (source.begin.line > 0) {
-      problems_.push_back(fmt::format("{}:{}: {}: {}", file_, source.begin.line, key, what));
+      add(kInFile, source.begin.line,
+          fmt::format("{}:{}: {}: {}", file_, source.begin.line, key, what));
     } else {
-      problems_.push_back(fmt::format("{}: {}: {}", file_, key, what));
+      add(kNowhere, 0, fmt::format("{}: {}: {}", file_, key, what));
     }
   }
-  void add(const std::string& line) { problems_.push_back(line); }
+  void add_from_set(const std::string& line) { add(kFromSet, 0, line); }
   bool empty() const { return problems_.empty(); }
-  std::vector<std::string> take() { return std::move(problems_); }
+  std::vector<std::string> take() {
+    std::stable_sort(problems_.begin(), problems_.end(), [](const Entry& a, const Entry& b) {
+      return std::tie(a.origin, a.line) < std::tie(b.origin, b.line);
+    });
+    std::vector<std::string> lines;
+    for (Entry& entry : problems_) lines.push_back(std::move(entry.text));
+    problems_.clear();
+    return lines;
+  }
 
  private:
+  enum Origin { kInFile, kFromSet, kNowhere };
+  struct Entry {
+    Origin origin;
+    uint32_t line;
+    std::string text;
+  };
+  void add(Origin origin, uint32_t line, std::string text) {
+    problems_.push_back({origin, line, std::move(text)});
+  }
+
   std::string file_;
-  std::vector<std::string> problems_;
+  std::vector<Entry> problems_;
 };
+
+toml::source_region source_of(const toml::table& root, const std::string& key) {
+  const toml::node* node = root.at_path(key).node();
+  return node ? node->source() : toml::source_region{};
+}
 
 toml::table read_file(const std::string& path) {
   if (path.empty()) return {};
@@ -102,7 +92,7 @@ void apply_override(toml::table& root, const std::string& assignment, Problems& 
   const size_t dot = key.find('.');
   if (equals == std::string::npos || dot == std::string::npos || dot == 0 ||
       key.back() == '.' || key.find("..") != std::string::npos) {
-    problems.add(fmt::format("--set {}: expected section.key=value", assignment));
+    problems.add_from_set(fmt::format("--set {}: expected section.key=value", assignment));
     return;
   }
   const std::string value = assignment.substr(equals + 1);
@@ -125,7 +115,8 @@ void apply_override(toml::table& root, const std::string& assignment, Problems& 
     if (!table->contains(part)) table->insert(part, toml::table{});
     table = (*table)[part].as_table();
     if (table == nullptr) {
-      problems.add(fmt::format("--set {}: [{}] is not a table", key, key.substr(0, next)));
+      problems.add_from_set(
+          fmt::format("--set {}: [{}] is not a table", key, key.substr(0, next)));
       return;
     }
     begin = next + 1;
@@ -134,110 +125,130 @@ void apply_override(toml::table& root, const std::string& assignment, Problems& 
   // Nodes moved out of `parsed` keep its source, so errors on them read "--set key: ...".
 }
 
-void report_field_errors(const FieldErrors& errors, const std::string& section,
-                         const toml::table& root, Problems& problems) {
-  for (const FieldError& error : errors) {
-    const std::string key = section + "." + error.key;
-    const toml::node* node = root.at_path(key).node();
-    problems.add(key, node ? node->source() : toml::source_region{}, error.problem);
+// The declared keys by path, and the section paths ("dist", "dist.ddp") that hold them.
+struct KeyTable {
+  std::map<std::string, const OptionSpec*> by_path;
+  std::vector<std::string> paths;
+  std::set<std::string> sections;
+  std::vector<std::string> top_sections;
+
+  explicit KeyTable(const OptionSpecs& root) {
+    for (const KeyPath& key : key_paths(root)) {
+      by_path[key.path] = key.key;
+      paths.push_back(key.path);
+      for (size_t dot = key.path.find('.'); dot != std::string::npos;
+           dot = key.path.find('.', dot + 1)) {
+        sections.insert(key.path.substr(0, dot));
+      }
+    }
+    for (const OptionSpecs& section : root.sections()) top_sections.push_back(section.name());
+  }
+};
+
+// Stores every key of `table` (the section at `prefix`), descending into subsections; the keys
+// that could not be stored go to `unread`.
+void read_table(const toml::table& table, const std::string& prefix, const KeyTable& keys,
+                std::set<std::string>& unread, Problems& problems) {
+  for (auto&& [name, node] : table) {
+    const std::string path = prefix + "." + std::string(name.str());
+    const auto found = keys.by_path.find(path);
+    if (found != keys.by_path.end()) {
+      const std::string problem = read_value(*found->second, node);
+      if (problem.empty()) continue;
+      problems.add(path, node.source(), problem);
+      unread.insert(path);
+    } else if (node.is_table() && keys.sections.count(path) > 0) {
+      read_table(*node.as_table(), path, keys, unread, problems);
+    } else {
+      problems.add(path, node.source(), "unknown key" + did_you_mean(path, keys.paths));
+    }
   }
 }
 
-void check_cross_fields(const Config& config, const toml::table& root, Problems& problems) {
+void read_root(const toml::table& root, const KeyTable& keys, std::set<std::string>& unread,
+               Problems& problems) {
+  for (auto&& [name, node] : root) {
+    const std::string section(name.str());
+    const toml::table* table = node.as_table();
+    if (table == nullptr || keys.sections.count(section) == 0) {
+      const std::string hint = did_you_mean(section, table ? keys.top_sections : keys.paths);
+      problems.add(section, name.source(),
+                   table ? "unknown section" + hint : "keys belong in a [section]" + hint);
+      continue;
+    }
+    read_table(*table, section, keys, unread, problems);
+  }
+}
+
+// Problems of a section's fields; a key whose value could not be read holds its default and
+// has its problem reported already.
+void report(const FieldErrors& errors, const std::string& section, const toml::table& root,
+            const std::set<std::string>& unread, Problems& problems) {
+  for (const FieldError& error : errors) {
+    const std::string key = section + "." + error.key;
+    if (unread.count(key) == 0) problems.add(key, source_of(root, key), error.problem);
+  }
+}
+
+// Every section's validate(), the rules between the trainer's own sections, and warnings.
+void validate_sections(const Config& config, const toml::table& root,
+                       const std::set<std::string>& unread, Problems& problems,
+                       Problems& warnings) {
+  report(config.run.validate(), "run", root, unread, problems);
+  report(config.train.validate(), "train", root, unread, problems);
+  report(config.model.validate(), "model", root, unread, problems);
+  report(config.data.validate(), "data", root, unread, problems);
+  report(config.optim.validate(), "optim", root, unread, problems);
+  report(config.schedule.validate(), "schedule", root, unread, problems);
+  dist::DistContext dist_context;
+  dist_context.fp16_loss_scaling = config.train.precision == "fp16";
+  report(config.dist.validate(dist_context), "dist", root, unread, problems);
+  report(config.dist.unused_keys(), "dist", root, unread, warnings);
+
   if (config.train.precision != "fp32" && config.run.device == "cpu") {
-    const toml::node* node = root.at_path("train.precision").node();
-    problems.add("train.precision", node ? node->source() : toml::source_region{},
+    problems.add("train.precision", source_of(root, "train.precision"),
                  fmt::format("\"{}\" autocast needs CUDA, but run.device = \"cpu\"; use "
                              "\"fp32\" on CPU",
                              config.train.precision));
   }
-  if (config.dist.strategy == "zero" && config.train.precision == "fp16") {
-    const toml::node* node = root.at_path("train.precision").node();
-    problems.add("train.precision", node ? node->source() : toml::source_region{},
-                 "fp16 loss scaling is not available with dist.strategy = \"zero\" (each rank "
-                 "sees only its own gradients); use \"bf16\"");
-  }
   if (config.model.name == "simple_cnn" && config.model.zero_init_residual) {
-    log::warn("model.zero_init_residual has no effect on simple_cnn (it has no residual blocks)");
-  }
-  if (config.optim.name == "adamw" && config.optim.nesterov) {
-    log::warn("optim.nesterov has no effect with adamw");
-  }
-}
-
-// Stores every key of `table` (the section at `prefix`), descending into subsections.
-void read_table(const toml::table& table, const std::string& prefix,
-                const std::map<std::string, const ConfigKey*>& by_path,
-                const std::set<std::string>& sections,
-                const std::vector<std::string>& known_paths, Problems& problems) {
-  for (auto&& [name_key, node] : table) {
-    const std::string full = prefix + "." + std::string(name_key.str());
-    auto found = by_path.find(full);
-    if (found != by_path.end()) {
-      const std::string problem = found->second->set(node);
-      if (!problem.empty()) problems.add(full, node.source(), problem);
-    } else if (node.is_table() && sections.count(full) > 0) {
-      read_table(*node.as_table(), full, by_path, sections, known_paths, problems);
-    } else {
-      problems.add(full, node.source(), "unknown key" + did_you_mean(full, known_paths));
-    }
+    warnings.add("model.zero_init_residual", source_of(root, "model.zero_init_residual"),
+                 "has no effect on simple_cnn (it has no residual blocks)");
   }
 }
 
 }  // namespace
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+Config load_config(const std::string& path, const std::vector<std::string>& overrides,
+                   std::vector<std::string>& warnings) {
   toml::table root = read_file(path);
-  Problems problems(path.empty() ? "<defaults>" : path);
+  const std::string file = path.empty() ? "<defaults>" : path;
+  Problems problems(file);
+  Problems warned(file);
   for (const std::string& assignment : overrides) apply_override(root, assignment, problems);
 
   Config config;
-  std::vector<ConfigKey> keys = config_keys(config);
-  std::map<std::string, const ConfigKey*> by_path;
-  std::vector<std::string> known_paths;
-  std::set<std::string> sections;  // "dist" and "dist.ddp" for the key "dist.ddp.overlap"
-  for (const ConfigKey& key : keys) {
-    by_path[key.path] = &key;
-    known_paths.push_back(key.path);
-    for (size_t dot = key.path.find('.'); dot != std::string::npos;
-         dot = key.path.find('.', dot + 1)) {
-      sections.insert(key.path.substr(0, dot));
-    }
-  }
-  std::vector<std::string> known_sections;
-  for (const std::string& section : sections) {
-    if (section.find('.') == std::string::npos) known_sections.push_back(section);
-  }
-
-  for (auto&& [section_key, section_node] : root) {
-    const std::string section(section_key.str());
-    const toml::table* table = section_node.as_table();
-    if (table == nullptr || sections.count(section) == 0) {
-      const std::string hint = did_you_mean(section, table ? known_sections : known_paths);
-      problems.add(section, section_key.source(),
-                   table ? "unknown section" + hint : "keys belong in a [section]" + hint);
-      continue;
-    }
-    read_table(*table, section, by_path, sections, known_paths, problems);
-  }
-  if (!problems.empty()) throw ConfigError(problems.take());
-
-  report_field_errors(config.run.validate(), "run", root, problems);
-  report_field_errors(config.train.validate(), "train", root, problems);
-  report_field_errors(config.model.validate(), "model", root, problems);
-  report_field_errors(config.data.validate(), "data", root, problems);
-  report_field_errors(config.optim.validate(), "optim", root, problems);
-  report_field_errors(config.schedule.validate(), "schedule", root, problems);
-  report_field_errors(config.dist.validate(), "dist", root, problems);
-  check_cross_fields(config, root, problems);
+  const OptionSpecs declared = config_keys(config);
+  std::set<std::string> unread;
+  read_root(root, KeyTable(declared), unread, problems);
+  validate_sections(config, root, unread, problems, warned);
+  warnings = warned.take();
   if (!problems.empty()) throw ConfigError(problems.take());
   return config;
 }
 
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::vector<std::string> warnings;
+  Config config = load_config(path, overrides, warnings);
+  for (const std::string& warning : warnings) log::warn("{}", warning);
+  return config;
+}
+
 std::string to_toml(const Config& config) {
-  Config copy = config;
+  Config copy = config;  // config_keys() binds fields for writing; to_toml only reads them
+  const OptionSpecs declared = config_keys(copy);
   toml::table root;
-  for (const ConfigKey& key : config_keys(copy)) {
+  for (const KeyPath& key : key_paths(declared)) {
     toml::table* table = &root;
     size_t begin = 0;
     for (size_t dot = key.path.find('.'); dot != std::string::npos;
@@ -247,7 +258,7 @@ std::string to_toml(const Config& config) {
       table = (*table)[part].as_table();
       begin = dot + 1;
     }
-    key.put(*table, key.path.substr(begin));
+    write_value(*key.key, *table, key.path.substr(begin));
   }
   std::ostringstream out;
   out << root << '\n';
@@ -256,25 +267,26 @@ std::string to_toml(const Config& config) {
 
 std::string describe_keys(bool markdown) {
   Config defaults;
+  const OptionSpecs declared = config_keys(defaults);
   std::ostringstream out;
   std::string section;
-  if (markdown) out << "| key | type | default | description |\n|---|---|---|---|\n";
-  for (const ConfigKey& key : config_keys(defaults)) {
-    toml::table holder;
-    key.put(holder, "v");
-    std::ostringstream value;
-    holder.get("v")->visit([&value](const auto& node) { value << node; });
-    const size_t dot = key.path.rfind('.');
+  if (markdown) {
+    out << "| key | type | default | allowed | description |\n|---|---|---|---|---|\n";
+  }
+  for (const KeyPath& key : key_paths(declared)) {
+    const std::string allowed = key.key->allowed();
     if (markdown) {
-      out << fmt::format("| `{}` | {} | `{}` | {} |\n", key.path, key.type, value.str(),
-                         key.help);
+      out << fmt::format("| `{}` | {} | `{}` | {} | {} |\n", key.path, key.key->type(),
+                         value_text(*key.key), allowed, key.key->help);
       continue;
     }
+    const size_t dot = key.path.rfind('.');
     if (key.path.substr(0, dot) != section) {
       section = key.path.substr(0, dot);
       out << (out.tellp() > 0 ? "\n" : "") << "[" << section << "]\n";
     }
-    out << fmt::format("{} = {}  # {}\n", key.path.substr(dot + 1), value.str(), key.help);
+    out << fmt::format("{} = {}  # {}{}\n", key.path.substr(dot + 1), value_text(*key.key),
+                       key.key->help, allowed.empty() ? "" : "; allowed: " + allowed);
   }
   return out.str();
 }

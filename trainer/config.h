@@ -1,6 +1,6 @@
-// The config layer: TOML file + `--set key=value` overrides -> typed option structs.
-// Unknown keys, wrong types and out-of-range values are all collected and reported in one
-// pass as `file:line: key: problem`. Nothing below trainer/ sees TOML.
+// The config layer: TOML file + `--set key=value` overrides -> the typed options structs, through
+// the keys each module declares (common/option_spec.h). Every problem is reported in one pass,
+// in file order, as `file:line: key: problem`. Nothing below trainer/ sees TOML.
 #pragma once
 
 #include "trainer/options.h"
@@ -22,8 +22,12 @@ class ConfigError : public std::runtime_error {
 };
 
 // Reads `path` (empty: defaults only) and applies `overrides` ("section.key=value", the value
-// in TOML syntax, bare words taken as strings). Throws ConfigError.
+// in TOML syntax, bare words taken as strings). Throws ConfigError. Keys that are valid but
+// have no effect (a key of a strategy other than the chosen one) are logged as warnings.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+// The same, handing the warnings (`file:line: key: problem`) to the caller instead.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides,
+                   std::vector<std::string>& warnings);
 
 // The resolved config as TOML, every key present (saved beside each run).
 std::string to_toml(const Config& config);

@@ -1,35 +1,68 @@
 #include "trainer/options.h"
 
-#include "common/options_check.h"
-
 namespace dtrain::trainer {
 
+void RunOptions::declare(OptionSpecs& keys) {
+  keys.add("name", &name, "run name; outputs go to out_dir/name/");
+  keys.add("out_dir", &out_dir, "directory holding the runs");
+  keys.add("seed", &seed, "seeds weights, data order and augmentation").at_least(0);
+  keys.add("device", &device, "where ranks compute: auto (CUDA when available), cpu or cuda")
+      .one_of({"auto", "cpu", "cuda"});
+  keys.add("num_threads", &num_threads,
+           "torch threads per rank; 0: cores divided by the ranks on this machine")
+      .range(0, 1024);
+  keys.add("log_every", &log_every, "steps between progress lines and step metrics").at_least(1);
+  keys.add("profile_start", &profile_start, "first step profiled (run.profile_steps)")
+      .at_least(0);
+  keys.add("profile_steps", &profile_steps,
+           "steps traced by the Kineto profiler (CUDA LibTorch) into trace.rankN.json; 0 = off")
+      .range(0, 1000);
+}
+
 FieldErrors RunOptions::validate() const {
-  FieldErrors errors;
+  FieldErrors errors = check_declared(*this);
   if (name.empty() || name.find('/') != std::string::npos) {
     errors.push_back({"name", "must be a non-empty name without '/'"});
   }
   if (out_dir.empty()) errors.push_back({"out_dir", "must not be empty"});
-  check_at_least<int64_t>(errors, "seed", seed, 0);
-  check_one_of(errors, "device", device, {"auto", "cpu", "cuda"});
-  check_range<int64_t>(errors, "num_threads", num_threads, 0, 1024);
-  check_at_least<int64_t>(errors, "log_every", log_every, 1);
-  check_at_least<int64_t>(errors, "profile_start", profile_start, 0);
-  check_range<int64_t>(errors, "profile_steps", profile_steps, 0, 1000);
   return errors;
 }
 
-FieldErrors TrainOptions::validate() const {
-  FieldErrors errors;
-  check_at_least<int64_t>(errors, "epochs", epochs, 1);
-  check_at_least<int64_t>(errors, "max_steps", max_steps, 0);
-  check_range<int64_t>(errors, "grad_accum", grad_accum, 1, 4096);
-  check_range(errors, "label_smoothing", label_smoothing, 0.0, 0.99);
-  check_one_of(errors, "precision", precision, {"fp32", "bf16", "fp16"});
-  check_at_least<int64_t>(errors, "eval_every", eval_every, 0);
-  check_at_least<int64_t>(errors, "checkpoint_every", checkpoint_every, 0);
-  check_at_least<int64_t>(errors, "keep_checkpoints", keep_checkpoints, 0);
-  return errors;
+void TrainOptions::declare(OptionSpecs& keys) {
+  keys.add("epochs", &epochs, "epochs to train").at_least(1);
+  keys.add("max_steps", &max_steps, "stop after this many steps (0: all epochs)").at_least(0);
+  keys.add("grad_accum", &grad_accum, "micro-steps accumulated per optimizer step")
+      .range(1, 4096);
+  keys.add("label_smoothing", &label_smoothing,
+           "training loss against (1 - e) one-hot + e uniform targets; 0 = off")
+      .range(0.0, 0.99);
+  keys.add("precision", &precision,
+           "fp32, or autocast bf16 / fp16 (CUDA; fp16 with loss scaling)")
+      .one_of({"fp32", "bf16", "fp16"});
+  keys.add("channels_last", &channels_last,
+           "NHWC weights and activations (faster convolutions on CUDA)");
+  keys.add("eval_every", &eval_every, "evaluate every this many epochs (0: only at the end)")
+      .at_least(0);
+  keys.add("checkpoint_every", &checkpoint_every,
+           "checkpoint every this many steps (0: at the end of every epoch)")
+      .at_least(0);
+  keys.add("keep_checkpoints", &keep_checkpoints,
+           "complete checkpoints kept on disk (0: no checkpoints)")
+      .at_least(0);
+}
+
+FieldErrors TrainOptions::validate() const { return check_declared(*this); }
+
+OptionSpecs config_keys(Config& config) {
+  OptionSpecs keys;
+  keys.add_section("run", config.run);
+  keys.add_section("train", config.train);
+  keys.add_section("model", config.model);
+  keys.add_section("data", config.data);
+  keys.add_section("optim", config.optim);
+  keys.add_section("schedule", config.schedule);
+  keys.add_section("dist", config.dist);
+  return keys;
 }
 
 }  // namespace dtrain::trainer

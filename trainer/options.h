@@ -3,6 +3,7 @@
 #pragma once
 
 #include "common/error.h"
+#include "common/option_spec.h"
 #include "data/options.h"
 #include "dist/options.h"
 #include "models/options.h"
@@ -30,6 +31,7 @@ struct RunOptions {
   int64_t profile_start = 10;
   int64_t profile_steps = 0;
 
+  void declare(OptionSpecs& keys);
   FieldErrors validate() const;
 };
 
@@ -53,6 +55,7 @@ struct TrainOptions {
   // Complete checkpoints kept on disk (older ones are deleted); 0 disables checkpoints.
   int64_t keep_checkpoints = 2;
 
+  void declare(OptionSpecs& keys);
   FieldErrors validate() const;
 };
 
@@ -65,5 +68,9 @@ struct Config {
   optim::ScheduleOptions schedule;
   dist::DistOptions dist;
 };
+
+// Every key, bound to the fields of `config`: one section per options struct ([run], [train],
+// [model], [data], [optim], [schedule], [dist]), each as its struct declares it.
+OptionSpecs config_keys(Config& config);
 
 }  // namespace dtrain::trainer

@@ -31,6 +31,14 @@ std::vector<std::string> problems_of(const std::string& path,
   return {};
 }
 
+// The warnings of a config that loads (a config with problems throws ConfigError).
+std::vector<std::string> warnings_of(const std::string& path,
+                                     const std::vector<std::string>& overrides = {}) {
+  std::vector<std::string> warnings;
+  load_config(path, overrides, warnings);
+  return warnings;
+}
+
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
@@ -92,10 +100,71 @@ label_smoothing = 1.0
 )");
   const std::vector<std::string> problems = problems_of(path);
   REQUIRE(problems.size() == 4);
-  CHECK(problems[0] == path + ":7: train.label_smoothing: 1 is outside [0, 0.99]");
-  CHECK(problems[1] == path + ":6: train.precision: \"fp8\" is not one of: fp32, bf16, fp16");
-  CHECK(contains(problems[2], path + ":4: model.name: \"resnet51\" is not one of"));
-  CHECK(problems[3] == path + ":2: data.batch_size: 0 is below the minimum 1");
+  CHECK(problems[0] == path + ":2: data.batch_size: 0 is below the minimum 1");
+  CHECK(contains(problems[1], path + ":4: model.name: \"resnet51\" is not one of"));
+  CHECK(contains(problems[1], "(did you mean resnet50?)"));
+  CHECK(problems[2] == path + ":6: train.precision: \"fp8\" is not one of: fp32, bf16, fp16 "
+                              "(did you mean fp32?)");
+  CHECK(problems[3] == path + ":7: train.label_smoothing: 1 is outside [0, 0.99]");
+}
+
+TEST_CASE("unknown keys, wrong types and bad values are reported together, in file order",
+          "[config]") {
+  const std::string path = write_config("mixed.toml", R"([optim]
+lrr = 0.1
+lr = -1
+[data]
+batch_size = "many"
+eval_batch_size = 0
+[dist]
+strategy = "dpp"
+)");
+  const std::vector<std::string> problems = problems_of(path, {"dist.timeout_s=0"});
+  REQUIRE(problems.size() == 6);
+  CHECK(problems[0] == path + ":2: optim.lrr: unknown key (did you mean optim.lr?)");
+  CHECK(problems[1] == path + ":3: optim.lr: -1 is outside [0, 1000]");
+  CHECK(problems[2] == path + ":5: data.batch_size: expected an integer, got a string");
+  CHECK(problems[3] == path + ":6: data.eval_batch_size: 0 is below the minimum 1");
+  CHECK(problems[4] == path + ":8: dist.strategy: \"dpp\" is not one of: single, ddp, zero "
+                              "(did you mean ddp?)");
+  CHECK(problems[5] == "--set dist.timeout_s: 0 is outside [1, 86400]");
+}
+
+TEST_CASE("NaN and infinities are rejected wherever a float has a range", "[config]") {
+  CHECK(problems_of("", {"dist.ddp.bucket_mb=nan"}) ==
+        std::vector<std::string>{"--set dist.ddp.bucket_mb: nan is not a finite number; use a "
+                                 "value in [1e-06, 4096]"});
+  CHECK(problems_of("", {"optim.weight_decay=inf"}) ==
+        std::vector<std::string>{"--set optim.weight_decay: inf is not a finite number; use a "
+                                 "value >= 0"});
+  CHECK(problems_of("", {"train.label_smoothing=-inf"}) ==
+        std::vector<std::string>{"--set train.label_smoothing: -inf is not a finite number; "
+                                 "use a value in [0, 0.99]"});
+}
+
+TEST_CASE("the strategy's requirements of the rest of the config come from dist", "[config]") {
+  CHECK(problems_of("", {"dist.strategy=zero", "train.precision=fp16"}) ==
+        std::vector<std::string>{"--set dist.strategy: fp16 loss scaling (train.precision = "
+                                 "\"fp16\") is not available with \"zero\" (each rank sees "
+                                 "only its own gradients); use train.precision = \"bf16\""});
+  CHECK(problems_of("", {"dist.strategy=ddp", "train.precision=fp16"}).empty());
+}
+
+TEST_CASE("a key of a strategy other than the chosen one is a warning", "[config]") {
+  const std::string path = write_config("other_strategy.toml", R"([dist]
+strategy = "zero"
+[dist.ddp]
+overlap = false
+)");
+  CHECK(warnings_of(path, {"dist.ddp.bucket_mb=4"}) ==
+        std::vector<std::string>{
+            path + ":4: dist.ddp.overlap: has no effect under dist.strategy = \"zero\"",
+            "--set dist.ddp.bucket_mb: has no effect under dist.strategy = \"zero\""});
+  CHECK(warnings_of(path, {"dist.strategy=ddp"}).empty());
+  // The resolved config writes every key, the other strategies' at their defaults: no warning.
+  const Config zero = load_config("", {"dist.strategy=zero"});
+  const std::string resolved = write_config("zero_resolved.toml", dtrain::trainer::to_toml(zero));
+  CHECK(warnings_of(resolved).empty());
 }
 
 TEST_CASE("autocast precisions are rejected on a CPU run", "[config]") {
@@ -123,7 +192,7 @@ TEST_CASE("subsections such as [dist.ddp] load, override and reject unknown keys
   const std::string path =
       write_config("ddp.toml", "[dist]\nstrategy = \"ddp\"\n\n[dist.ddp]\nbucket_mb = 4.0\n");
   Config config = load_config(path, {"dist.ddp.overlap=false"});
-  CHECK(config.dist.strategy == "ddp");
+  CHECK(config.dist.strategy == dtrain::dist::StrategyKind::kDdp);
   CHECK(config.dist.ddp.bucket_mb == 4.0);
   CHECK_FALSE(config.dist.ddp.overlap);
 
@@ -186,6 +255,7 @@ TEST_CASE("every shipped config in configs/ loads without a problem", "[config]"
     if (entry.path().extension() != ".toml") continue;
     INFO(entry.path().string());
     CHECK(problems_of(entry.path().string()).empty());
+    CHECK(warnings_of(entry.path().string()).empty());
     ++loaded;
   }
   CHECK(loaded >= 2);
