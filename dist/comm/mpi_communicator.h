@@ -16,8 +16,13 @@ struct WorldInfo {
 };
 
 // Starts MPI once per process (later calls return the same answer); MPI is finalised at exit.
-// Works without mpirun too, as a world of one.
+// Works without mpirun too, as a world of one. Asks for MPI_THREAD_MULTIPLE (communicator.h
+// says what a lesser grant rules out).
 WorldInfo init_world();
+
+// Ends every rank of the world now (MPI_Abort; mpirun then exits with `exit_code`):
+// for a rank that failed, so that the others do not wait for it until their timeout.
+[[noreturn]] void abort_world(int exit_code);
 
 // The largest `value` over all ranks of the world (blocking, unbounded: for agreeing on an
 // exit code at the end of a run, when every rank is known to be alive).

@@ -1,9 +1,18 @@
 // Each collective against its closed form, for any world size (run under mpirun -np 2/3/4),
-// on odd sizes and several dtypes; on MPI (CPU), or on NCCL with DTRAIN_TEST_DEVICE=cuda.
+// on odd sizes and several dtypes; on MPI (CPU), or on NCCL with DTRAIN_TEST_DEVICE=cuda. The
+// parameter server's operations (receives from any rank, probes, a server thread) are MPI's
+// alone: on NCCL those tests return at once, and one checks that NCCL refuses them.
+#include "common/error.h"
 #include "dist/comm/communicator.h"
 #include "test_device.h"
 
 #include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
 
 using dtrain::dist::Communicator;
 using dtrain::dist::ReduceOp;
@@ -48,6 +57,42 @@ TEST_CASE("all_reduce sums and averages in place", "[dist][collectives]") {
     torch::Tensor averaged = on_device(rank_values(n, comm.rank(), dtype));
     comm.all_reduce(averaged, ReduceOp::kAverage)->wait();
     CHECK(torch::allclose(averaged.cpu(), expected / comm.size()));
+  }
+}
+
+TEST_CASE("reduce lands at the root, the other ranks' tensors unchanged", "[dist][collectives]") {
+  Communicator& comm = world();
+  const int root = comm.size() - 1;  // not 0: the root is not implied
+  const torch::Dtype dtype = GENERATE(torch::kFloat32, torch::kFloat64, torch::kInt64);
+  const ReduceOp op = GENERATE(ReduceOp::kSum, ReduceOp::kAverage);
+  if (dtype == torch::kInt64 && op == ReduceOp::kAverage) return;  // integers are only summed
+  torch::Tensor tensor = on_device(rank_values(5, comm.rank(), dtype));
+  comm.reduce(tensor, root, op)->wait();
+  torch::Tensor expected =
+      torch::arange(5, torch::kFloat64) * comm.size() + 1000.0 * sum_of_ranks(comm.size());
+  if (op == ReduceOp::kAverage) expected /= comm.size();
+  const torch::Tensor unchanged = rank_values(5, comm.rank(), dtype);
+  CHECK(torch::equal(tensor.cpu(), comm.rank() == root ? expected.to(dtype) : unchanged));
+}
+
+TEST_CASE("all_gather_v concatenates uneven inputs in rank order", "[dist][collectives]") {
+  Communicator& comm = world();
+  const torch::Dtype dtype = GENERATE(torch::kFloat32, torch::kInt64);
+  // Rank 1 gives nothing; the others differ in length.
+  auto count_of = [](int rank) -> int64_t { return rank == 1 ? 0 : 2 * rank + 1; };
+  std::vector<int64_t> counts;
+  for (int r = 0; r < comm.size(); ++r) counts.push_back(count_of(r));
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  torch::Tensor output = torch::full({total}, -1, device_options(dtype));
+  comm.all_gather_v(on_device(rank_values(count_of(comm.rank()), comm.rank(), dtype)), output,
+                    counts)
+      ->wait();
+  const torch::Tensor gathered = output.cpu();
+  int64_t offset = 0;
+  for (int r = 0; r < comm.size(); ++r) {
+    CHECK(torch::equal(gathered.slice(0, offset, offset + counts[r]),
+                       rank_values(counts[r], r, dtype)));
+    offset += counts[r];
   }
 }
 
@@ -127,4 +172,131 @@ TEST_CASE("split forms sub-groups by color, ordered by key", "[dist][collectives
   // Highest world rank first: this rank's place is the number of members above it.
   CHECK(group->rank() == (comm.size() - 1 - comm.rank()) / 2);
   comm.barrier();
+}
+
+TEST_CASE("dup keeps the members and ranks, in a matching space of its own",
+          "[dist][collectives]") {
+  Communicator& comm = world();
+  auto copy = comm.dup();
+  CHECK(copy->rank() == comm.rank());
+  CHECK(copy->size() == comm.size());
+  torch::Tensor tensor = on_device(rank_values(3, comm.rank(), torch::kFloat64));
+  copy->all_reduce(tensor, ReduceOp::kSum)->wait();
+  CHECK(torch::equal(tensor.cpu(), torch::arange(3, torch::kFloat64) * comm.size() +
+                                       1000.0 * sum_of_ranks(comm.size())));
+  copy->barrier();
+}
+
+TEST_CASE("NCCL refuses probes and receives from any rank", "[dist][collectives]") {
+  Communicator& comm = world();
+  if (comm.backend() != "nccl") return;
+  torch::Tensor tensor = torch::empty({1}, device_options(torch::kFloat32));
+  CHECK_THROWS_AS(comm.iprobe(dtrain::dist::kAnySource, 0), dtrain::UserError);
+  CHECK_THROWS_AS(comm.probe(0, 0), dtrain::UserError);
+  CHECK_THROWS_AS(comm.recv(tensor, dtrain::dist::kAnySource, 0), dtrain::UserError);
+}
+
+// The point-to-point operations of a parameter server, which only MPI has.
+TEST_CASE("recv from any rank names each sender", "[dist][collectives]") {
+  Communicator& comm = world();
+  if (comm.backend() != "mpi") return;
+  const int tag = 11;
+  if (comm.rank() != 0) {
+    comm.send(torch::tensor({int64_t{comm.rank()}, int64_t{10} * comm.rank()}), 0, tag)->wait();
+    return;
+  }
+  std::vector<torch::Tensor> incoming;
+  std::vector<std::unique_ptr<dtrain::dist::Work>> works;
+  for (int r = 1; r < comm.size(); ++r) {
+    incoming.push_back(torch::empty({2}, torch::kInt64));
+    works.push_back(comm.recv(incoming.back(), dtrain::dist::kAnySource, tag));
+  }
+  std::vector<int> sources;
+  for (size_t i = 0; i < works.size(); ++i) {
+    works[i]->wait();
+    const int source = works[i]->source();
+    sources.push_back(source);
+    CHECK(torch::equal(incoming[i], torch::tensor({int64_t{source}, int64_t{10} * source})));
+  }
+  std::sort(sources.begin(), sources.end());
+  std::vector<int> others(static_cast<size_t>(comm.size() - 1));
+  std::iota(others.begin(), others.end(), 1);
+  CHECK(sources == others);
+}
+
+TEST_CASE("iprobe finds nothing until a message is pending; probe holds it for recv_probed",
+          "[dist][collectives]") {
+  Communicator& world_comm = world();
+  if (world_comm.backend() != "mpi") return;
+  auto comm = world_comm.dup();  // no stray messages of other tests
+  CHECK_FALSE(comm->iprobe(dtrain::dist::kAnySource, dtrain::dist::kAnyTag).has_value());
+  comm->barrier();  // nothing is sent before every rank has looked
+  if (comm->rank() == 0) {
+    comm->send(torch::tensor({1.5f, 2.5f, 3.5f}), 1, 5)->wait();
+  } else if (comm->rank() == 1) {
+    const dtrain::dist::Envelope envelope =
+        comm->probe(dtrain::dist::kAnySource, dtrain::dist::kAnyTag);
+    CHECK(envelope.source == 0);
+    CHECK(envelope.tag == 5);
+    CHECK(envelope.bytes == 3 * 4);
+    // Matched: no longer visible to probes, yet received whole.
+    CHECK_FALSE(comm->iprobe(0, 5).has_value());
+    torch::Tensor tensor = torch::empty({envelope.bytes / 4}, torch::kFloat32);
+    auto work = comm->recv_probed(envelope, tensor);
+    work->wait();
+    CHECK(work->source() == 0);
+    CHECK(torch::equal(tensor, torch::tensor({1.5f, 2.5f, 3.5f})));
+  }
+  comm->barrier();
+}
+
+TEST_CASE("a server thread on a dup() answers requests while all_reduces run",
+          "[dist][collectives]") {
+  Communicator& comm = world();
+  if (comm.backend() != "mpi") return;
+  constexpr int kRequests = 5;  // per client
+  constexpr int kRequestTag = 1;
+  constexpr int kReplyTag = 2;
+  auto control = comm.dup();  // on the main thread, by every rank
+  // Rank 0 serves: request k of rank r is (r + k) % 3 + 1 numbers; the reply is their sum.
+  std::vector<int> served_from;
+  std::string server_error;
+  std::thread server;
+  if (comm.rank() == 0) {
+    server = std::thread([&] {
+      try {
+        for (int i = 0; i < kRequests * (comm.size() - 1); ++i) {
+          const dtrain::dist::Envelope request =
+              control->probe(dtrain::dist::kAnySource, kRequestTag);
+          torch::Tensor numbers = torch::empty({request.bytes / 8}, torch::kInt64);
+          control->recv_probed(request, numbers)->wait();
+          control->send(numbers.sum().reshape({1}), request.source, kReplyTag)->wait();
+          served_from.push_back(request.source);
+        }
+      } catch (const std::exception& e) {
+        server_error = e.what();
+      }
+    });
+  }
+  for (int k = 0; k < kRequests; ++k) {
+    if (comm.rank() != 0) {
+      const int64_t n = (comm.rank() + k) % 3 + 1;
+      const torch::Tensor numbers = torch::full({n}, 100 * comm.rank() + k, torch::kInt64);
+      control->send(numbers, 0, kRequestTag)->wait();
+      torch::Tensor reply = torch::empty({1}, torch::kInt64);
+      control->recv(reply, 0, kReplyTag)->wait();
+      CHECK(reply.item<int64_t>() == n * (100 * comm.rank() + k));
+    }
+    // Meanwhile on the world's communicator, rank 0's main thread included.
+    torch::Tensor tensor = rank_values(64, comm.rank(), torch::kFloat64);
+    comm.all_reduce(tensor, ReduceOp::kSum)->wait();
+    CHECK(torch::equal(tensor, torch::arange(64, torch::kFloat64) * comm.size() +
+                                   1000.0 * sum_of_ranks(comm.size())));
+  }
+  if (server.joinable()) server.join();
+  CHECK(server_error.empty());
+  for (int r = 1; r < comm.size() && comm.rank() == 0; ++r) {
+    CHECK(std::count(served_from.begin(), served_from.end(), r) == kRequests);
+  }
+  control->barrier();
 }
