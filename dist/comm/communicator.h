@@ -80,6 +80,9 @@ class Communicator {
   // Now, in the order of the compute work issued so far (the current CUDA stream for NCCL).
   virtual std::shared_ptr<const TimePoint> now() = 0;
 
+  // Tensors: float32, float64, float16, bfloat16, int32, int64, uint8. Reductions average
+  // float types and sum any; float16 and bfloat16 are added in float, rounded at each step.
+
   // In place on `tensor` (contiguous); kAverage divides the sum by size() in the reduction.
   virtual std::unique_ptr<Work> all_reduce(torch::Tensor tensor, ReduceOp op) = 0;
   // In place: `tensor` of `root` receives the reduction of every rank's `tensor`; the other

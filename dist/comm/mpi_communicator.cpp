@@ -56,7 +56,7 @@ class MpiCommunicator : public Communicator {
     check_tensor(tensor, "all_reduce");
     MPI_Request request;
     DTRAIN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, tensor.data_ptr(), count(tensor),
-                                    mpi_type(tensor), MPI_SUM, comm_, &request));
+                                    mpi_type(tensor), mpi_sum(tensor), comm_, &request));
     return make_work(request, "all_reduce", tensor, {averaging(tensor, op)});
   }
 
@@ -68,7 +68,7 @@ class MpiCommunicator : public Communicator {
     MPI_Request request;
     DTRAIN_MPI_CHECK(MPI_Ireduce(at_root ? MPI_IN_PLACE : tensor.data_ptr(),
                                  at_root ? tensor.data_ptr() : nullptr, count(tensor),
-                                 mpi_type(tensor), MPI_SUM, root, comm_, &request));
+                                 mpi_type(tensor), mpi_sum(tensor), root, comm_, &request));
     return make_work(request, "reduce", tensor, {at_root ? averaging(tensor, op) : nullptr});
   }
 
@@ -122,7 +122,7 @@ class MpiCommunicator : public Communicator {
                  output.numel());
     MPI_Request request;
     DTRAIN_MPI_CHECK(MPI_Ireduce_scatter_block(input.data_ptr(), output.data_ptr(),
-                                               count(output), mpi_type(output), MPI_SUM,
+                                               count(output), mpi_type(output), mpi_sum(output),
                                                comm_, &request));
     return make_work(request, "reduce_scatter", output, {averaging(output, op)});
   }
@@ -284,7 +284,9 @@ class MpiCommunicator : public Communicator {
 void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  free_half_types();
+  MPI_Finalize();
 }
 
 }  // namespace
@@ -303,6 +305,7 @@ WorldInfo init_world() {
       DTRAIN_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
       std::atexit(finalize_at_exit);
     }
+    create_half_types();
     WorldInfo info;
     MPI_Comm_rank(MPI_COMM_WORLD, &info.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &info.size);

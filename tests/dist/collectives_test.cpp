@@ -96,21 +96,71 @@ TEST_CASE("all_gather_v concatenates uneven inputs in rank order", "[dist][colle
   }
 }
 
-TEST_CASE("all_reduce in half precision (NCCL only)", "[dist][collectives]") {
+TEST_CASE("16-bit floats: every operation, sums and averages", "[dist][collectives]") {
   Communicator& comm = world();
-  if (comm.backend() != "nccl") return;  // MPI has no 16-bit float types
   const torch::Dtype dtype = GENERATE(torch::kFloat16, torch::kBFloat16);
-  // Small integers: exact in both formats (bfloat16 holds integers up to 256 exactly).
-  const torch::Tensor pattern = torch::arange(7, torch::kFloat64).remainder(4);
-  torch::Tensor tensor = on_device((pattern + comm.rank()).to(dtype));
-  comm.all_reduce(tensor, ReduceOp::kSum)->wait();
-  const torch::Tensor expected = pattern * comm.size() + sum_of_ranks(comm.size());
-  CHECK(torch::equal(tensor.cpu().to(torch::kFloat64), expected));
+  const int size = comm.size();
+  const int root = size - 1;
+  // Small integers and halves: exact in both formats (bfloat16 holds integers up to 256).
+  auto values = [dtype](int64_t n, int rank) {
+    return (torch::arange(n, torch::kFloat64).remainder(4) + rank).to(dtype);
+  };
+  auto as_double = [](const torch::Tensor& tensor) { return tensor.cpu().to(torch::kFloat64); };
+  const torch::Tensor sum = torch::arange(7, torch::kFloat64).remainder(4) * size +
+                            sum_of_ranks(size);
+  // MPI divides the exact sum on arrival; NCCL scales each input by 1 / size on the way.
+  auto check_average = [&](const torch::Tensor& actual, const torch::Tensor& expected) {
+    if (comm.backend() == "mpi") {
+      CHECK(torch::equal(as_double(actual), expected));
+    } else {
+      CHECK(torch::allclose(as_double(actual), expected, /*rtol=*/1e-2, /*atol=*/1e-2));
+    }
+  };
 
-  torch::Tensor averaged = on_device((pattern + comm.rank()).to(dtype));
+  torch::Tensor summed = on_device(values(7, comm.rank()));
+  comm.all_reduce(summed, ReduceOp::kSum)->wait();
+  CHECK(torch::equal(as_double(summed), sum));
+  torch::Tensor averaged = on_device(values(7, comm.rank()));
   comm.all_reduce(averaged, ReduceOp::kAverage)->wait();
-  CHECK(torch::allclose(averaged.cpu().to(torch::kFloat64), expected / comm.size(),
-                        /*rtol=*/1e-2, /*atol=*/1e-2));
+  check_average(averaged, sum / size);
+
+  torch::Tensor reduced = on_device(values(7, comm.rank()));
+  comm.reduce(reduced, root, ReduceOp::kSum)->wait();
+  const torch::Tensor unchanged = as_double(values(7, comm.rank()));
+  CHECK(torch::equal(as_double(reduced), comm.rank() == root ? sum : unchanged));
+
+  // Block r of every rank's input is values(7, rank) shifted by 10 r.
+  std::vector<torch::Tensor> blocks;
+  for (int r = 0; r < size; ++r) blocks.push_back(values(7, comm.rank()) + 10 * r);
+  const torch::Tensor blocked = on_device(torch::cat(blocks));
+  torch::Tensor block_sum = torch::empty({7}, device_options(dtype));
+  comm.reduce_scatter(blocked, block_sum, ReduceOp::kSum)->wait();
+  CHECK(torch::equal(as_double(block_sum), sum + 10.0 * comm.rank() * size));
+  comm.reduce_scatter(blocked, block_sum, ReduceOp::kAverage)->wait();
+  check_average(block_sum, sum / size + 10.0 * comm.rank());
+
+  std::vector<torch::Tensor> everyone;
+  for (int r = 0; r < size; ++r) everyone.push_back(values(3, r));
+  torch::Tensor gathered = torch::empty({3 * size}, device_options(dtype));
+  comm.all_gather(on_device(values(3, comm.rank())), gathered)->wait();
+  CHECK(torch::equal(gathered.cpu(), torch::cat(everyone)));
+  const std::vector<int64_t> counts(static_cast<size_t>(size), 3);
+  gathered.zero_();
+  comm.all_gather_v(on_device(values(3, comm.rank())), gathered, counts)->wait();
+  CHECK(torch::equal(gathered.cpu(), torch::cat(everyone)));
+
+  torch::Tensor broadcast = on_device(values(5, comm.rank()));
+  comm.broadcast(broadcast, root)->wait();
+  CHECK(torch::equal(broadcast.cpu(), values(5, root)));
+
+  const int previous = (comm.rank() + size - 1) % size;
+  torch::Tensor incoming = torch::empty({4}, device_options(dtype));
+  const torch::Tensor outgoing = on_device(values(4, comm.rank()));
+  auto received = comm.recv(incoming, previous, 3);
+  auto sent = comm.send(outgoing, (comm.rank() + 1) % size, 3);
+  received->wait();
+  sent->wait();
+  CHECK(torch::equal(incoming.cpu(), values(4, previous)));
 }
 
 TEST_CASE("broadcast copies the root's tensor everywhere", "[dist][collectives]") {
