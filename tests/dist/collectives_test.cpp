@@ -4,6 +4,7 @@
 // alone: on NCCL those tests return at once, and one checks that NCCL refuses them.
 #include "common/error.h"
 #include "dist/comm/communicator.h"
+#include "dist/comm/gather.h"
 #include "test_device.h"
 
 #include <catch2/catch.hpp>
@@ -93,6 +94,29 @@ TEST_CASE("all_gather_v concatenates uneven inputs in rank order", "[dist][colle
     CHECK(torch::equal(gathered.slice(0, offset, offset + counts[r]),
                        rank_values(counts[r], r, dtype)));
     offset += counts[r];
+  }
+}
+
+TEST_CASE("all_gather_variable and all_gather_bytes gather lengths first", "[dist][collectives]") {
+  Communicator& comm = world();
+  const int64_t mine = comm.rank() == 1 ? 0 : comm.rank() + 2;
+  const torch::Tensor gathered = dtrain::dist::all_gather_variable(
+      comm, on_device(rank_values(mine, comm.rank(), torch::kFloat64)));
+  std::vector<torch::Tensor> expected;
+  for (int r = 0; r < comm.size(); ++r) {
+    expected.push_back(rank_values(r == 1 ? 0 : r + 2, r, torch::kFloat64));
+  }
+  CHECK(torch::equal(gathered.cpu(), torch::cat(expected)));
+
+  // Bytes, not C strings: a zero byte inside, and rank 1's string empty.
+  auto text_of = [](int rank) {
+    return rank == 1 ? std::string() : std::string(static_cast<size_t>(rank + 3), 'a') + '\0' +
+                                           std::to_string(rank);
+  };
+  const std::vector<std::string> texts = dtrain::dist::all_gather_bytes(comm, text_of(comm.rank()));
+  CHECK(texts.size() == static_cast<size_t>(comm.size()));
+  for (int r = 0; r < comm.size() && r < static_cast<int>(texts.size()); ++r) {
+    CHECK(texts[static_cast<size_t>(r)] == text_of(r));
   }
 }
 
