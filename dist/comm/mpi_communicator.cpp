@@ -281,6 +281,8 @@ class MpiCommunicator : public Communicator {
   std::shared_ptr<ProgressChannel> progress_;
 };
 
+std::optional<WorldInfo> g_started;  // set once by init_world()
+
 void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -316,9 +318,17 @@ WorldInfo init_world() {
     MPI_Comm_size(local, &info.local_size);
     MPI_Comm_free(&local);
     set_error_rank(info.rank);
+    g_started = info;
     return info;
   }();
   return world;
+}
+
+std::optional<WorldInfo> started_world() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return std::nullopt;
+  return g_started;
 }
 
 void abort_world(int exit_code) {
