@@ -60,7 +60,9 @@ void write(Level level, const std::string& message) {
   const bool to_terminal = s.rank == 0 || s.all_ranks || level >= Level::kWarn;
   if (!to_terminal) return;
   FILE* stream = level >= Level::kWarn ? stderr : stdout;
-  if (s.rank != 0) {
+  // A message that names its rank itself ("rank 1: ...", as errors do) is not prefixed twice.
+  const bool names_rank = message.rfind(fmt::format("rank {}: ", s.rank), 0) == 0;
+  if (s.rank != 0 && !names_rank) {
     std::fprintf(stream, "[rank %d] %s%s\n", s.rank, prefix(level), message.c_str());
   } else {
     std::fprintf(stream, "%s%s\n", prefix(level), message.c_str());

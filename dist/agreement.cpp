@@ -1,10 +1,10 @@
 #include "dist/agreement.h"
 
 #include "common/error.h"
+#include "dist/comm/gather.h"
 
 #include <fmt/format.h>
 
-#include <cstring>
 #include <map>
 
 namespace dtrain::dist {
@@ -64,26 +64,13 @@ std::string differences(const std::map<std::string, std::string>& reference,
 
 void check_same_on_all_ranks(Communicator& comm, const std::string& what,
                              const std::vector<std::string>& lines) {
-  const std::string text = join(lines);
+  const std::vector<std::string> texts = all_gather_bytes(comm, join(lines));
   const int size = comm.size();
-  torch::Tensor length = torch::tensor({static_cast<int64_t>(text.size())}, torch::kInt64);
-  torch::Tensor lengths = torch::empty({size}, torch::kInt64);
-  comm.all_gather(length, lengths)->wait();
-  const int64_t longest = lengths.max().item<int64_t>();
-  torch::Tensor mine = torch::zeros({longest}, torch::kUInt8);
-  std::memcpy(mine.data_ptr(), text.data(), text.size());
-  torch::Tensor all = torch::empty({size * longest}, torch::kUInt8);
-  comm.all_gather(mine, all)->wait();
-
-  auto text_of = [&](int rank) {
-    const char* begin = reinterpret_cast<const char*>(all.data_ptr<uint8_t>()) + rank * longest;
-    return std::string(begin, static_cast<size_t>(lengths[rank].item<int64_t>()));
-  };
-  const std::string reference_text = text_of(0);
+  const std::string& reference_text = texts[0];
   const std::map<std::string, std::string> reference = by_key(reference_text);
   std::string message;
   for (int rank = 1; rank < size; ++rank) {
-    const std::string other = text_of(rank);
+    const std::string& other = texts[static_cast<size_t>(rank)];
     if (other == reference_text) continue;
     message += fmt::format("{}rank {}: {}", message.empty() ? "" : "; ", rank,
                            differences(reference, by_key(other)));

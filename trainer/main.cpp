@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "common/host_memory.h"
 #include "common/log.h"
+#include "dist/comm/mpi_communicator.h"
 #include "trainer/config.h"
 #include "trainer/train.h"
 
@@ -10,6 +11,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 namespace {
 
@@ -47,6 +49,21 @@ int run(int argc, char** argv) {
   return 0;
 }
 
+// Logs this rank's error as one line and returns `exit_code`. With several ranks it ends them
+// all at once instead: the others would wait in their next collective for dist.timeout_s, then
+// blame this rank for not joining.
+int fail(const std::string& message, int exit_code) {
+  const std::optional<dtrain::dist::WorldInfo> world = dtrain::dist::started_world();
+  if (!world || world->size == 1) {
+    dtrain::log::error("{}", message);
+    return exit_code;
+  }
+  // A check failure's message names the rank already.
+  const std::string rank = fmt::format("rank {}: ", world->rank);
+  dtrain::log::error("{}{}", message.rfind(rank, 0) == 0 ? "" : rank, message);
+  dtrain::dist::abort_world(exit_code);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -57,10 +74,8 @@ int main(int argc, char** argv) {
     for (const std::string& problem : e.problems()) std::fprintf(stderr, "%s\n", problem.c_str());
     return 2;
   } catch (const dtrain::UserError& e) {
-    dtrain::log::error("{}", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    dtrain::log::error("{}", e.what());
-    return 1;
+    return fail(e.what(), 2);
+  } catch (const std::exception& e) {  // InternalError, std::bad_alloc, torch's errors
+    return fail(e.what(), 1);
   }
 }

@@ -3,17 +3,46 @@
 // is in flight until wait(); every operation is bounded by the communicator's timeout, after
 // which the whole job is ended with a message naming the operation, its sequence number and
 // the ranks that never joined (never a silent hang).
+//
+// Threads: a communicator, and the Works it returns, are used by one thread at a time. A second
+// thread (a parameter server) takes a communicator of its own from dup(), called collectively
+// on the main thread before the thread starts; from then on each thread may run any operation
+// on its own communicator while the other runs operations on theirs. On MPI this needs
+// MPI_THREAD_MULTIPLE, which init_world() asks for: where the library granted less, any
+// operation issued off the main thread throws a UserError. On NCCL, every rank must issue the
+// operations of the two communicators in the same order (NCCL's rule for concurrent
+// communicators on one GPU), or they can deadlock.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace dtrain::dist {
 
 enum class ReduceOp { kSum, kAverage };
+
+// recv(), probe() and iprobe() from whichever rank sends first.
+constexpr int kAnySource = -1;
+// probe() and iprobe() for a message of any tag.
+constexpr int kAnyTag = -1;
+
+// The backend's hold on a probed message (MPI's matched message); opaque.
+class ProbedMessage;
+
+// A message that has arrived, found by probe() or iprobe(), and not yet received. It is held
+// for recv_probed() alone: no other receive, on any thread, can take it, so every envelope must
+// be received exactly once.
+struct Envelope {
+  int source = 0;     // the sending rank
+  int tag = 0;
+  int64_t bytes = 0;  // the message's size: the receiving tensor's nbytes()
+  std::shared_ptr<ProbedMessage> message;
+};
 
 // A moment on the backend's clock: the host clock for MPI, a CUDA event for NCCL.
 class TimePoint {
@@ -35,6 +64,9 @@ class Work {
   // When the operation started and finished running; valid once wait() returned.
   virtual std::shared_ptr<const TimePoint> started() const = 0;
   virtual std::shared_ptr<const TimePoint> finished() const = 0;
+  // A receive's sender: the peer named, or the rank matched by kAnySource; valid once wait()
+  // returned or test() returned true. A check failure for any other operation.
+  virtual int source() const = 0;
 };
 
 class Communicator {
@@ -48,22 +80,46 @@ class Communicator {
   // Now, in the order of the compute work issued so far (the current CUDA stream for NCCL).
   virtual std::shared_ptr<const TimePoint> now() = 0;
 
+  // Tensors: float32, float64, float16, bfloat16, int32, int64, uint8. Reductions average
+  // float types and sum any; float16 and bfloat16 are added in float, rounded at each step.
+
   // In place on `tensor` (contiguous); kAverage divides the sum by size() in the reduction.
   virtual std::unique_ptr<Work> all_reduce(torch::Tensor tensor, ReduceOp op) = 0;
+  // In place: `tensor` of `root` receives the reduction of every rank's `tensor`; the other
+  // ranks' tensors are only read, and unchanged.
+  virtual std::unique_ptr<Work> reduce(torch::Tensor tensor, int root, ReduceOp op) = 0;
   // `tensor` of `root` is copied into `tensor` of every rank.
   virtual std::unique_ptr<Work> broadcast(torch::Tensor tensor, int root) = 0;
   // output [size() * input.numel()] holds every rank's input, in rank order.
   virtual std::unique_ptr<Work> all_gather(torch::Tensor input, torch::Tensor output) = 0;
+  // Variable sizes: rank r contributes counts[r] elements (its input.numel(); zero allowed);
+  // output [sum of counts] holds them in rank order. `counts`, one per rank, the same on all.
+  virtual std::unique_ptr<Work> all_gather_v(torch::Tensor input, torch::Tensor output,
+                                             std::vector<int64_t> counts) = 0;
   // input [size() * output.numel()]: rank r receives the reduction of every rank's r-th block.
   virtual std::unique_ptr<Work> reduce_scatter(torch::Tensor input, torch::Tensor output,
                                                ReduceOp op) = 0;
-  // Point to point, for the parameter server; matched by (peer, tag).
+  // Point to point, for the parameter server; matched by (peer, tag), tag >= 0. recv() takes
+  // kAnySource on MPI only; the Work's source() then names the sender.
   virtual std::unique_ptr<Work> send(torch::Tensor tensor, int peer, int tag) = 0;
   virtual std::unique_ptr<Work> recv(torch::Tensor tensor, int peer, int tag) = 0;
+  // Probes, for a server that learns who asks and how much only when a request arrives.
+  // `source` may be kAnySource and `tag` kAnyTag. MPI only: on NCCL they throw a UserError (use
+  // an MPI communicator for the parameter server's control traffic).
+  // Non-blocking: a pending message matching (source, tag), or nothing.
+  virtual std::optional<Envelope> iprobe(int source, int tag) = 0;
+  // Blocking until such a message arrives, bounded by the timeout like every wait.
+  virtual Envelope probe(int source, int tag) = 0;
+  // Receives the message an envelope of this communicator holds into `tensor` (contiguous,
+  // exactly envelope.bytes bytes).
+  virtual std::unique_ptr<Work> recv_probed(const Envelope& envelope, torch::Tensor tensor) = 0;
   // Blocking, bounded by the timeout like every wait.
   virtual void barrier() = 0;
-  // Ranks with the same `color` form a new communicator, ordered by `key`.
+  // Ranks with the same `color` form a new communicator, ordered by `key`. Collective.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // The same members and ranks in a matching space of its own: its messages and collectives
+  // never match this one's (for another thread, see the top). Collective.
+  virtual std::unique_ptr<Communicator> dup() = 0;
 };
 
 // The world's communicator for tensors on `device`: Open MPI for CPU, NCCL for CUDA (an error

@@ -1,134 +1,43 @@
 #include "dist/comm/mpi_communicator.h"
 
 #include "common/error.h"
-#include "common/log.h"
+#include "dist/comm/gather.h"
+#include "dist/comm/mpi_types.h"
+#include "dist/comm/mpi_work.h"
 #include "dist/comm/progress_channel.h"
 
 #include <fmt/format.h>
 #include <mpi.h>
 
-#include <algorithm>
-#include <chrono>
+#include <climits>
 #include <cstdlib>
 #include <functional>
 #include <thread>
 
 namespace dtrain::dist {
 
+// A message matched by MPI_Improbe: MPI hands it to one MPI_Imrecv and no other receive.
+class ProbedMessage {
+ public:
+  explicit ProbedMessage(MPI_Message message) : message(message) {}
+  MPI_Message message;  // MPI_MESSAGE_NULL once received
+};
+
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-#define DTRAIN_MPI_CHECK(call)                                                       \
-  do {                                                                               \
-    const int mpi_status = (call);                                                   \
-    DTRAIN_CHECK(mpi_status == MPI_SUCCESS, "{} returned {}", #call, mpi_status);   \
-  } while (0)
-
-MPI_Datatype mpi_type(const torch::Tensor& tensor) {
-  switch (tensor.scalar_type()) {
-    case torch::kFloat32: return MPI_FLOAT;
-    case torch::kFloat64: return MPI_DOUBLE;
-    case torch::kInt64: return MPI_INT64_T;
-    case torch::kInt32: return MPI_INT32_T;
-    case torch::kUInt8: return MPI_UINT8_T;
-    default:
-      DTRAIN_CHECK(false, "the MPI backend has no type for {}",
-                   c10::toString(tensor.scalar_type()));
-  }
-  return MPI_DATATYPE_NULL;
+std::string peer_name(int source) {
+  return source == kAnySource ? "any rank" : fmt::format("rank {}", source);
 }
 
-void check_tensor(const torch::Tensor& tensor, const char* op) {
-  DTRAIN_CHECK(tensor.device().is_cpu() && tensor.is_contiguous(),
-               "{} on MPI needs a contiguous CPU tensor, got {} {}", op, tensor.device().str(),
-               tensor.is_contiguous() ? "contiguous" : "strided");
-}
-
-class HostTimePoint : public TimePoint {
- public:
-  explicit HostTimePoint(Clock::time_point when) : when_(when) {}
-  double ms_until(const TimePoint& later) const override {
-    const auto& other = dynamic_cast<const HostTimePoint&>(later);
-    return std::chrono::duration<double, std::milli>(other.when_ - when_).count();
-  }
-
- private:
-  Clock::time_point when_;
-};
-
-std::shared_ptr<const TimePoint> host_now() { return std::make_shared<HostTimePoint>(Clock::now()); }
-
-// One request in flight. wait() polls it until done or the deadline, then ends the job:
-// a rank that died or never joined must not leave the others waiting forever.
-class MpiWork : public Work {
- public:
-  MpiWork(MPI_Request request, std::string what, int64_t sequence, double timeout_s,
-          std::shared_ptr<ProgressChannel> progress, std::function<void()> on_done)
-      : request_(request),
-        what_(std::move(what)),
-        sequence_(sequence),
-        timeout_s_(timeout_s),
-        progress_(std::move(progress)),
-        on_done_(std::move(on_done)),
-        started_(host_now()) {}
-
-  ~MpiWork() override {
-    if (request_ != MPI_REQUEST_NULL) wait();
-  }
-
-  bool test() override {
-    if (request_ == MPI_REQUEST_NULL) return true;
-    int done = 0;
-    DTRAIN_MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
-    if (!done) return false;
-    finished_ = host_now();
-    if (on_done_) on_done_();
-    return true;
-  }
-
-  void wait() override {
-    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
-    for (int polls = 0; !test(); ++polls) {
-      if (Clock::now() > deadline) abort_job();
-      // Spin briefly for short collectives, then sleep so a stuck wait leaves the core free.
-      if (polls > 1000) {
-        progress_->answer_queries();
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-      }
-    }
-  }
-
-  std::shared_ptr<const TimePoint> started() const override { return started_; }
-  std::shared_ptr<const TimePoint> finished() const override { return finished_; }
-
- private:
-  [[noreturn]] void abort_job() {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    const std::string missing =
-        progress_->missing_ranks(sequence_, std::min(2.0, timeout_s_));
-    log::error("rank {}: {} did not complete within dist.timeout_s = {} s: missing rank(s) {}; "
-               "ending the job",
-               rank, what_, timeout_s_, missing);
-    MPI_Abort(MPI_COMM_WORLD, 3);
-    std::abort();
-  }
-
-  MPI_Request request_;
-  std::string what_;
-  int64_t sequence_;
-  double timeout_s_;
-  std::shared_ptr<ProgressChannel> progress_;
-  std::function<void()> on_done_;
-  std::shared_ptr<const TimePoint> started_;
-  std::shared_ptr<const TimePoint> finished_;
-};
+std::string tag_name(int tag) { return tag == kAnyTag ? "any tag" : fmt::format("tag {}", tag); }
 
 class MpiCommunicator : public Communicator {
  public:
   MpiCommunicator(MPI_Comm comm, double timeout_s)
-      : comm_(comm), timeout_s_(timeout_s), progress_(std::make_shared<ProgressChannel>(comm)) {
+      : comm_(comm),
+        timeout_s_(timeout_s),
+        threads_multiple_(mpi_threads_multiple()),
+        progress_(std::make_shared<ProgressChannel>(comm)) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
@@ -147,16 +56,29 @@ class MpiCommunicator : public Communicator {
     check_tensor(tensor, "all_reduce");
     MPI_Request request;
     DTRAIN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, tensor.data_ptr(), count(tensor),
-                                    mpi_type(tensor), MPI_SUM, comm_, &request));
-    return make_work(request, "all_reduce", tensor, averaging(tensor, op));
+                                    mpi_type(tensor), mpi_sum(tensor), comm_, &request));
+    return make_work(request, "all_reduce", tensor, {averaging(tensor, op)});
+  }
+
+  std::unique_ptr<Work> reduce(torch::Tensor tensor, int root, ReduceOp op) override {
+    check_tensor(tensor, "reduce");
+    check_rank(root, "reduce root");
+    // The root reduces into its own tensor; the others only send theirs.
+    const bool at_root = rank_ == root;
+    MPI_Request request;
+    DTRAIN_MPI_CHECK(MPI_Ireduce(at_root ? MPI_IN_PLACE : tensor.data_ptr(),
+                                 at_root ? tensor.data_ptr() : nullptr, count(tensor),
+                                 mpi_type(tensor), mpi_sum(tensor), root, comm_, &request));
+    return make_work(request, "reduce", tensor, {at_root ? averaging(tensor, op) : nullptr});
   }
 
   std::unique_ptr<Work> broadcast(torch::Tensor tensor, int root) override {
     check_tensor(tensor, "broadcast");
+    check_rank(root, "broadcast root");
     MPI_Request request;
     DTRAIN_MPI_CHECK(MPI_Ibcast(tensor.data_ptr(), count(tensor), mpi_type(tensor), root, comm_,
                                 &request));
-    return make_work(request, "broadcast", tensor, nullptr);
+    return make_work(request, "broadcast", tensor, {});
   }
 
   std::unique_ptr<Work> all_gather(torch::Tensor input, torch::Tensor output) override {
@@ -169,7 +91,26 @@ class MpiCommunicator : public Communicator {
     DTRAIN_MPI_CHECK(MPI_Iallgather(input.data_ptr(), count(input), mpi_type(input),
                                     output.data_ptr(), count(input), mpi_type(output), comm_,
                                     &request));
-    return make_work(request, "all_gather", input, nullptr);
+    return make_work(request, "all_gather", input, {});
+  }
+
+  std::unique_ptr<Work> all_gather_v(torch::Tensor input, torch::Tensor output,
+                                     std::vector<int64_t> counts) override {
+    check_tensor(input, "all_gather_v");
+    check_tensor(output, "all_gather_v");
+    const std::vector<int64_t> offsets = all_gather_v_offsets(input, output, counts, rank_);
+    DTRAIN_CHECK(output.numel() <= INT_MAX, "all_gather_v: {} elements exceed MPI's int "
+                 "displacements", output.numel());
+    // MPI reads both arrays until the operation completes: the Work holds them.
+    auto arrays = std::make_shared<std::vector<int>>(offsets.begin(), offsets.end());
+    arrays->insert(arrays->end(), counts.begin(), counts.end());
+    const int* displacements = arrays->data();
+    const int* received = arrays->data() + offsets.size();
+    MPI_Request request;
+    DTRAIN_MPI_CHECK(MPI_Iallgatherv(input.data_ptr(), count(input), mpi_type(input),
+                                     output.data_ptr(), received, displacements,
+                                     mpi_type(output), comm_, &request));
+    return make_work(request, "all_gather_v", input, {nullptr, std::move(arrays)});
   }
 
   std::unique_ptr<Work> reduce_scatter(torch::Tensor input, torch::Tensor output,
@@ -181,46 +122,135 @@ class MpiCommunicator : public Communicator {
                  output.numel());
     MPI_Request request;
     DTRAIN_MPI_CHECK(MPI_Ireduce_scatter_block(input.data_ptr(), output.data_ptr(),
-                                               count(output), mpi_type(output), MPI_SUM, comm_,
-                                               &request));
-    return make_work(request, "reduce_scatter", output, averaging(output, op));
+                                               count(output), mpi_type(output), mpi_sum(output),
+                                               comm_, &request));
+    return make_work(request, "reduce_scatter", output, {averaging(output, op)});
   }
 
   std::unique_ptr<Work> send(torch::Tensor tensor, int peer, int tag) override {
     check_tensor(tensor, "send");
+    check_rank(peer, "send to");
     MPI_Request request;
     DTRAIN_MPI_CHECK(MPI_Isend(tensor.data_ptr(), count(tensor), mpi_type(tensor), peer, tag,
                                comm_, &request));
-    return make_work(request, fmt::format("send to rank {} (tag {})", peer, tag), tensor,
-                     nullptr);
+    return make_work(request, fmt::format("send to rank {} (tag {})", peer, tag), tensor, {});
   }
 
   std::unique_ptr<Work> recv(torch::Tensor tensor, int peer, int tag) override {
     check_tensor(tensor, "recv");
     MPI_Request request;
-    DTRAIN_MPI_CHECK(MPI_Irecv(tensor.data_ptr(), count(tensor), mpi_type(tensor), peer, tag,
-                               comm_, &request));
-    return make_work(request, fmt::format("recv from rank {} (tag {})", peer, tag), tensor,
-                     nullptr);
+    DTRAIN_MPI_CHECK(MPI_Irecv(tensor.data_ptr(), count(tensor), mpi_type(tensor),
+                               mpi_source(peer), tag, comm_, &request));
+    return make_work(request, fmt::format("recv from {} (tag {})", peer_name(peer), tag), tensor,
+                     {nullptr, nullptr, /*receive=*/true});
+  }
+
+  std::optional<Envelope> iprobe(int source, int tag) override {
+    check_thread("iprobe");
+    int found = 0;
+    MPI_Message message = MPI_MESSAGE_NULL;
+    MPI_Status status;
+    DTRAIN_MPI_CHECK(MPI_Improbe(mpi_source(source), tag == kAnyTag ? MPI_ANY_TAG : tag, comm_,
+                                 &found, &message, &status));
+    if (!found) return std::nullopt;
+    int bytes = 0;
+    DTRAIN_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &bytes));
+    return Envelope{status.MPI_SOURCE, status.MPI_TAG, bytes,
+                    std::make_shared<ProbedMessage>(message)};
+  }
+
+  Envelope probe(int source, int tag) override {
+    std::optional<Envelope> envelope;
+    poll_until([&] { return (envelope = iprobe(source, tag)).has_value(); }, timeout_s_,
+               *progress_, [&] {
+                 return fmt::format("probe for a message from {} with {} found none within "
+                                    "dist.timeout_s = {} s",
+                                    peer_name(source), tag_name(tag), timeout_s_);
+               });
+    return *envelope;
+  }
+
+  std::unique_ptr<Work> recv_probed(const Envelope& envelope, torch::Tensor tensor) override {
+    check_tensor(tensor, "recv_probed");
+    DTRAIN_CHECK(envelope.message && envelope.message->message != MPI_MESSAGE_NULL,
+                 "recv_probed: the envelope from rank {} (tag {}) was received already, or did "
+                 "not come from probe() or iprobe()",
+                 envelope.source, envelope.tag);
+    DTRAIN_CHECK(static_cast<int64_t>(tensor.nbytes()) == envelope.bytes,
+                 "recv_probed: the message from rank {} (tag {}) holds {} bytes, the tensor {}",
+                 envelope.source, envelope.tag, envelope.bytes, tensor.nbytes());
+    MPI_Request request;
+    DTRAIN_MPI_CHECK(MPI_Imrecv(tensor.data_ptr(), count(tensor), mpi_type(tensor),
+                                &envelope.message->message, &request));
+    return make_work(request,
+                     fmt::format("recv from rank {} (tag {})", envelope.source, envelope.tag),
+                     tensor, {nullptr, nullptr, /*receive=*/true});
   }
 
   void barrier() override {
+    check_thread("barrier");
     MPI_Request request;
     DTRAIN_MPI_CHECK(MPI_Ibarrier(comm_, &request));
-    make_work(request, "barrier", torch::Tensor(), nullptr)->wait();
+    make_work(request, "barrier", torch::Tensor(), {})->wait();
   }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
+    check_thread("split");
     MPI_Comm sub;
     DTRAIN_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));
     return std::make_unique<MpiCommunicator>(sub, timeout_s_);
   }
 
+  std::unique_ptr<Communicator> dup() override {
+    check_thread("dup");
+    MPI_Comm copy;
+    DTRAIN_MPI_CHECK(MPI_Comm_dup(comm_, &copy));
+    return std::make_unique<MpiCommunicator>(copy, timeout_s_);
+  }
+
  private:
+  // What make_work adds to an MpiOp: all but its name and number.
+  struct Extras {
+    std::function<void()> on_done = nullptr;
+    std::shared_ptr<const void> held = nullptr;
+    bool receive = false;
+  };
+
   static int count(const torch::Tensor& tensor) {
-    DTRAIN_CHECK(tensor.numel() <= INT32_MAX, "{} elements exceed MPI's int count",
+    DTRAIN_CHECK(tensor.numel() <= INT_MAX, "{} elements exceed MPI's int count",
                  tensor.numel());
     return static_cast<int>(tensor.numel());
+  }
+
+  // MPI calls off the main thread are undefined unless MPI granted MPI_THREAD_MULTIPLE.
+  void check_thread(const char* op) const {
+    if (threads_multiple_) return;
+    int is_main = 0;
+    MPI_Is_thread_main(&is_main);
+    if (is_main) return;
+    throw UserError(fmt::format(
+        "{} on MPI from a thread other than the main one needs MPI_THREAD_MULTIPLE, which this "
+        "MPI library did not grant; use an MPI built with thread support (Open MPI: "
+        "--enable-mpi-thread-multiple), or communicate from the main thread only",
+        op));
+  }
+
+  void check_tensor(const torch::Tensor& tensor, const char* op) const {
+    check_thread(op);
+    DTRAIN_CHECK(tensor.device().is_cpu() && tensor.is_contiguous(),
+                 "{} on MPI needs a contiguous CPU tensor, got {} {}", op, tensor.device().str(),
+                 tensor.is_contiguous() ? "contiguous" : "strided");
+  }
+
+  void check_rank(int rank, const char* role) const {
+    DTRAIN_CHECK(rank >= 0 && rank < size_, "{} {} is not a rank of this communicator (size {})",
+                 role, rank, size_);
+  }
+
+  int mpi_source(int source) const {
+    if (source == kAnySource) return MPI_ANY_SOURCE;
+    check_rank(source, "message from");
+    return source;
   }
 
   // MPI has no average: divide the sum once it has arrived.
@@ -231,27 +261,34 @@ class MpiCommunicator : public Communicator {
   }
 
   std::unique_ptr<Work> make_work(MPI_Request request, const std::string& op,
-                                  const torch::Tensor& tensor, std::function<void()> on_done) {
-    const int64_t sequence = progress_->next();
-    const std::string what =
-        tensor.defined() ? fmt::format("{} #{} ({} x {})", op, sequence, tensor.numel(),
-                                       c10::toString(tensor.scalar_type()))
-                         : fmt::format("{} #{}", op, sequence);
-    return std::make_unique<MpiWork>(request, what, sequence, timeout_s_, progress_,
-                                     std::move(on_done));
+                                  const torch::Tensor& tensor, Extras extras) {
+    MpiOp work;
+    work.sequence = progress_->next();
+    work.what = tensor.defined() ? fmt::format("{} #{} ({} x {})", op, work.sequence,
+                                               tensor.numel(), c10::toString(tensor.scalar_type()))
+                                 : fmt::format("{} #{}", op, work.sequence);
+    work.receive = extras.receive;
+    work.on_done = std::move(extras.on_done);
+    work.held = std::move(extras.held);
+    return std::make_unique<MpiWork>(request, std::move(work), timeout_s_, progress_);
   }
 
   MPI_Comm comm_;
   double timeout_s_;
+  bool threads_multiple_;
   int rank_ = 0;
   int size_ = 1;
   std::shared_ptr<ProgressChannel> progress_;
 };
 
+std::optional<WorldInfo> g_started;  // set once by init_world()
+
 void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  free_half_types();
+  MPI_Finalize();
 }
 
 }  // namespace
@@ -262,12 +299,15 @@ WorldInfo init_world() {
     MPI_Initialized(&initialized);
     if (!initialized) {
       // Multiple: an NCCL communicator's watchdog thread answers and asks "how far are you?"
-      // over MPI (progress_channel.h) while the main thread may be in MPI too. An MPI that
-      // offers less still runs; its NCCL timeouts then cannot name the missing ranks.
+      // over MPI (progress_channel.h) while the main thread may be in MPI too, and a server
+      // thread communicates on its own communicator (communicator.h). An MPI that offers less
+      // still runs: its NCCL timeouts cannot name the missing ranks, and MPI operations from
+      // a second thread throw.
       int provided = 0;
       DTRAIN_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
       std::atexit(finalize_at_exit);
     }
+    create_half_types();
     WorldInfo info;
     MPI_Comm_rank(MPI_COMM_WORLD, &info.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &info.size);
@@ -278,9 +318,22 @@ WorldInfo init_world() {
     MPI_Comm_size(local, &info.local_size);
     MPI_Comm_free(&local);
     set_error_rank(info.rank);
+    g_started = info;
     return info;
   }();
   return world;
+}
+
+std::optional<WorldInfo> started_world() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return std::nullopt;
+  return g_started;
+}
+
+void abort_world(int exit_code) {
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);  // MPI_Abort does not return; should it, this rank still ends
 }
 
 int max_over_world(int value) {

@@ -5,6 +5,7 @@
 #include "dist/comm/communicator.h"
 
 #include <memory>
+#include <optional>
 
 namespace dtrain::dist {
 
@@ -16,8 +17,17 @@ struct WorldInfo {
 };
 
 // Starts MPI once per process (later calls return the same answer); MPI is finalised at exit.
-// Works without mpirun too, as a world of one.
+// Works without mpirun too, as a world of one. Asks for MPI_THREAD_MULTIPLE (communicator.h
+// says what a lesser grant rules out).
 WorldInfo init_world();
+
+// The world's layout if init_world() has run and MPI is not yet finalised, else nothing. Never
+// starts MPI: for error paths.
+std::optional<WorldInfo> started_world();
+
+// Ends every rank of the world now (MPI_Abort; mpirun then exits with `exit_code`):
+// for a rank that failed, so that the others do not wait for it until their timeout.
+[[noreturn]] void abort_world(int exit_code);
 
 // The largest `value` over all ranks of the world (blocking, unbounded: for agreeing on an
 // exit code at the end of a run, when every rank is known to be alive).

@@ -2,7 +2,9 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "dist/comm/gather.h"
 #include "dist/comm/mpi_communicator.h"
+#include "dist/comm/nccl_types.h"
 #include "dist/comm/nccl_work.h"
 #include "dist/comm/progress_channel.h"
 #include "dist/comm/watchdog.h"
@@ -12,50 +14,20 @@
 #include <c10/cuda/CUDAStream.h>
 #include <fmt/format.h>
 #include <mpi.h>
-#include <nccl.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#if NCCL_VERSION_CODE < NCCL_VERSION(2, 18, 0)
-#error "the NCCL backend needs NCCL 2.18 or newer (ncclCommSplit)"
-#endif
-
 namespace dtrain::dist {
 
 namespace {
-
-#define DTRAIN_NCCL_CHECK(call)                                                    \
-  do {                                                                             \
-    const ncclResult_t nccl_status = (call);                                       \
-    DTRAIN_CHECK(nccl_status == ncclSuccess, "{} failed: {} ({})", #call,          \
-                 ncclGetErrorString(nccl_status), ncclGetLastError(nullptr));      \
-  } while (0)
-
-ncclDataType_t nccl_type(const torch::Tensor& tensor) {
-  switch (tensor.scalar_type()) {
-    case torch::kFloat32: return ncclFloat32;
-    case torch::kFloat64: return ncclFloat64;
-    case torch::kFloat16: return ncclFloat16;
-    case torch::kBFloat16: return ncclBfloat16;
-    case torch::kInt32: return ncclInt32;
-    case torch::kInt64: return ncclInt64;
-    case torch::kUInt8: return ncclUint8;
-    default:
-      throw_check_failure(__FILE__, __LINE__, "nccl_type(tensor)",
-                          fmt::format("the NCCL backend has no type for {}",
-                                      c10::toString(tensor.scalar_type())));
-  }
-}
-
-// NCCL averages inside the reduction (each input scaled by 1/size on the way).
-ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::kAverage ? ncclAvg : ncclSum; }
 
 size_t count(const torch::Tensor& tensor) { return static_cast<size_t>(tensor.numel()); }
 
@@ -129,6 +101,16 @@ class NcclCommunicator : public Communicator {
     });
   }
 
+  std::unique_ptr<Work> reduce(torch::Tensor tensor, int root, ReduceOp op) override {
+    check_tensor(tensor, "reduce");
+    check_rank(root, "reduce root");
+    // In place at the root; the other ranks' tensors are only read.
+    return collective("reduce", tensor, {tensor}, [&](cudaStream_t stream) {
+      DTRAIN_NCCL_CHECK(ncclReduce(tensor.data_ptr(), tensor.data_ptr(), count(tensor),
+                                   nccl_type(tensor), nccl_op(op), root, comm(), stream));
+    });
+  }
+
   std::unique_ptr<Work> broadcast(torch::Tensor tensor, int root) override {
     check_tensor(tensor, "broadcast");
     check_rank(root, "broadcast root");
@@ -149,6 +131,26 @@ class NcclCommunicator : public Communicator {
     return collective("all_gather", input, {input, output}, [&](cudaStream_t stream) {
       DTRAIN_NCCL_CHECK(ncclAllGather(input.data_ptr(), output.data_ptr(), count(input),
                                       nccl_type(input), comm(), stream));
+    });
+  }
+
+  // NCCL has no all-gather of variable sizes: one broadcast per rank into its slice, as one
+  // group. Ranks that give nothing are skipped, alike on every rank (the counts agree).
+  std::unique_ptr<Work> all_gather_v(torch::Tensor input, torch::Tensor output,
+                                     std::vector<int64_t> counts) override {
+    check_tensor(input, "all_gather_v");
+    check_tensor(output, "all_gather_v");
+    const std::vector<int64_t> offsets = all_gather_v_offsets(input, output, counts, rank_);
+    return collective("all_gather_v", input, {input, output}, [&](cudaStream_t stream) {
+      auto* slices = static_cast<char*>(output.data_ptr());
+      DTRAIN_NCCL_CHECK(ncclGroupStart());
+      for (size_t r = 0; r < counts.size(); ++r) {
+        if (counts[r] == 0) continue;
+        void* slice = slices + offsets[r] * output.element_size();
+        DTRAIN_NCCL_CHECK(ncclBroadcast(input.data_ptr(), slice, static_cast<size_t>(counts[r]),
+                                        nccl_type(input), static_cast<int>(r), comm(), stream));
+      }
+      DTRAIN_NCCL_CHECK(ncclGroupEnd());
     });
   }
 
@@ -173,8 +175,16 @@ class NcclCommunicator : public Communicator {
   }
 
   std::unique_ptr<Work> recv(torch::Tensor tensor, int peer, int tag) override {
+    if (peer == kAnySource) mpi_only("recv from any rank");
     return post(std::move(tensor), peer, /*is_send=*/false,
                 fmt::format("recv from rank {} (tag {})", peer, tag));
+  }
+
+  std::optional<Envelope> iprobe(int /*source*/, int /*tag*/) override { mpi_only("iprobe"); }
+  Envelope probe(int /*source*/, int /*tag*/) override { mpi_only("probe"); }
+  std::unique_ptr<Work> recv_probed(const Envelope& /*envelope*/,
+                                    torch::Tensor /*tensor*/) override {
+    mpi_only("recv_probed");
   }
 
   void barrier() override {
@@ -189,16 +199,11 @@ class NcclCommunicator : public Communicator {
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     DTRAIN_CHECK(color >= 0, "split: color must be non-negative, got {}", color);
-    ncclComm_t parent = comm();
-    const int64_t sequence = progress_->next();
-    return std::make_unique<NcclCommunicator>(
-        device_, timeout_s_, describe("split", sequence, torch::Tensor()),
-        progress_->split(color, key), [parent, color, key] {
-          ncclComm_t child = nullptr;
-          DTRAIN_NCCL_CHECK(ncclCommSplit(parent, color, key, &child, /*config=*/nullptr));
-          return child;
-        });
+    return split_as("split", color, key);
   }
+
+  // One color, ranks kept: the same members on a new NCCL communicator.
+  std::unique_ptr<Communicator> dup() override { return split_as("dup", 0, rank_); }
 
  private:
   // A send or receive posted and not yet launched.
@@ -210,6 +215,23 @@ class NcclCommunicator : public Communicator {
     int64_t sequence;
     std::shared_ptr<LaunchEvents> events;
   };
+
+  [[noreturn]] static void mpi_only(const std::string& op) {
+    throw UserError(op + " is not available on NCCL: use an MPI communicator for the parameter "
+                         "server's control traffic");
+  }
+
+  std::unique_ptr<Communicator> split_as(const std::string& op, int color, int key) {
+    ncclComm_t parent = comm();
+    const int64_t sequence = progress_->next();
+    return std::make_unique<NcclCommunicator>(
+        device_, timeout_s_, describe(op, sequence, torch::Tensor()),
+        progress_->split(color, key), [parent, color, key] {
+          ncclComm_t child = nullptr;
+          DTRAIN_NCCL_CHECK(ncclCommSplit(parent, color, key, &child, /*config=*/nullptr));
+          return child;
+        });
+  }
 
   ncclComm_t comm() const { return comm_.load(); }
 
@@ -257,7 +279,7 @@ class NcclCommunicator : public Communicator {
     watchdog_.watch(describe(op, sequence, described), sequence,
                     [events] { return events->done(); });
     launch(used, call, {events});
-    return std::make_unique<NcclWork>(events, device_, nullptr);
+    return std::make_unique<NcclWork>(events, device_, nullptr, std::nullopt);
   }
 
   std::unique_ptr<Work> post(torch::Tensor tensor, int peer, bool is_send, const std::string& op) {
@@ -267,7 +289,8 @@ class NcclCommunicator : public Communicator {
     const int64_t sequence = progress_->next();
     const std::string what = describe(op, sequence, tensor);
     posted_.push_back({std::move(tensor), peer, is_send, what, sequence, events});
-    return std::make_unique<NcclWork>(events, device_, [this] { launch_posted(); });
+    return std::make_unique<NcclWork>(events, device_, [this] { launch_posted(); },
+                                      is_send ? std::nullopt : std::optional<int>(peer));
   }
 
   // Every posted send and receive, as one group: NCCL progresses a group's operations

@@ -20,6 +20,8 @@
 // destructor): a rank posts all of an exchange, receives and sends in any order, before it
 // waits, or the exchange deadlocks, as on MPI when a blocking receive precedes the matching
 // send. A point-to-point Work launches through its communicator, so it must not outlive it.
+// NCCL cannot receive from any rank or probe: those throw a UserError (use an MPI communicator).
+// all_gather_v is one group of broadcasts, one per rank that gives elements.
 #pragma once
 
 #include "dist/comm/communicator.h"

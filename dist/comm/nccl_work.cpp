@@ -79,6 +79,11 @@ std::shared_ptr<const TimePoint> NcclWork::finished() const {
   return std::make_shared<CudaTimePoint>(events_->finished());
 }
 
+int NcclWork::source() const {
+  DTRAIN_CHECK(source_.has_value(), "source() of an NCCL operation other than a receive");
+  return *source_;
+}
+
 void NcclWork::launch() {
   if (launch_posted_ && !events_->launched()) launch_posted_();
 }

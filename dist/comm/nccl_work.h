@@ -11,6 +11,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #define DTRAIN_CUDA_CHECK(call)                                                    \
   do {                                                                             \
@@ -70,16 +71,20 @@ class LaunchEvents {
 class NcclWork : public Work {
  public:
   // `launch_posted` launches the operation if it still waits among posted sends and receives;
-  // empty for collectives, launched when issued.
+  // empty for collectives, launched when issued. `source`: a receive's peer; none otherwise.
   NcclWork(std::shared_ptr<LaunchEvents> events, c10::DeviceIndex device,
-           std::function<void()> launch_posted)
-      : events_(std::move(events)), device_(device), launch_posted_(std::move(launch_posted)) {}
+           std::function<void()> launch_posted, std::optional<int> source)
+      : events_(std::move(events)),
+        device_(device),
+        launch_posted_(std::move(launch_posted)),
+        source_(source) {}
 
   // The current stream of the device waits for the operation; the host does not.
   void wait() override;
   bool test() override;
   std::shared_ptr<const TimePoint> started() const override;
   std::shared_ptr<const TimePoint> finished() const override;
+  int source() const override;
 
  private:
   void launch();
@@ -87,6 +92,7 @@ class NcclWork : public Work {
   std::shared_ptr<LaunchEvents> events_;
   c10::DeviceIndex device_;
   std::function<void()> launch_posted_;
+  std::optional<int> source_;
 };
 
 }  // namespace dtrain::dist

@@ -3,10 +3,11 @@
 // every peer "how far are you?" over a duplicate of an MPI communicator with the same members,
 // and names those that have not issued the operation: "2 (no answer)", "1 (at #4)".
 //
-// Who answers: on MPI, a rank waiting on an operation (MpiWork::wait); on NCCL, the
+// Who answers: on MPI, a rank waiting on an operation or a probe (poll_until); on NCCL, the
 // communicator's watchdog thread, every poll, which needs MPI_THREAD_MULTIPLE (otherwise no
 // thread answers and timeouts say the ranks are unknown). A rank that is dead, or blocked in
-// something else for the whole grace period, gives no answer. Calls are thread-safe.
+// something else for the whole grace period, gives no answer. Calls are thread-safe. Each
+// communicator, a dup() too, has a channel of its own: a thread waiting on one answers for it.
 #pragma once
 
 #include <mpi.h>

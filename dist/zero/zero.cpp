@@ -2,12 +2,12 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "dist/comm/gather.h"
 #include "dist/optimizer_state.h"
 #include "optim/optimizer.h"
 
 #include <fmt/format.h>
 
-#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -134,25 +134,14 @@ void ZeroStrategy::step(double lr) {
 }
 
 void ZeroStrategy::prepare_checkpoint() {
-  // Sizes first, then every rank's bytes padded to the largest, in one all-gather each.
   std::ostringstream stream;
   torch::serialize::OutputArchive archive;
   optimizer_->save(archive);
   archive.save_to(stream);
-  const std::string bytes = stream.str();
-  torch::Tensor sizes = torch::zeros({comm_->size()}, torch::kInt64);
-  comm_->all_gather(torch::tensor({static_cast<int64_t>(bytes.size())}), sizes)->wait();
-  const int64_t longest = sizes.max().item<int64_t>();
-  torch::Tensor mine = torch::zeros({longest}, torch::kUInt8);
-  std::memcpy(mine.data_ptr(), bytes.data(), bytes.size());
-  torch::Tensor all = torch::empty({comm_->size() * longest}, torch::kUInt8);
-  comm_->all_gather(mine, all)->wait();
+  std::vector<std::string> all = all_gather_bytes(*comm_, stream.str());
   gathered_state_.clear();
   if (comm_->rank() != 0) return;  // only rank 0 writes
-  for (int r = 0; r < comm_->size(); ++r) {
-    const auto* begin = all.data_ptr<uint8_t>() + r * longest;
-    gathered_state_.emplace_back(begin, begin + sizes[r].item<int64_t>());
-  }
+  gathered_state_ = std::move(all);
 }
 
 void ZeroStrategy::save(const std::string& dir) const {

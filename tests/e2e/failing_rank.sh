@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# A rank that fails ends every rank at once: with one unreadable image in an image folder, a
+# 2-rank DDP run under the default dist.timeout_s (300 s) exits with code 2 within seconds,
+# with one line naming the rank and the file, and no rank blamed for not joining.
+# Skipped (77) in a build without OpenCV.   usage: failing_rank.sh TRAINER SOURCE_DIR
+set -uo pipefail
+trainer=$1 source=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# An 8x8 red RGB PNG, byte for byte.
+png() {
+  printf '\x89\x50\x4e\x47\x0d\x0a\x1a\x0a\x00\x00\x00\x0d\x49\x48\x44\x52\x00\x00\x00\x08\x00\x00\x00\x08\x08\x02\x00\x00\x00\x4b\x6d\x29\xdc\x00\x00\x00\x11\x49\x44\x41\x54\x78\xda\x63\x38\x21\x27\x87\x15\x31\x0c\x2d\x09\x00\x90\xbf\x41\x01\xcf\x70\xa1\x3c\x00\x00\x00\x00\x49\x45\x4e\x44\xae\x42\x60\x82' >"$1"
+}
+# 8 training images (2 ranks x batch 2 x 2 steps: every one is read in the first epoch), one
+# of them corrupt.
+for split in train val; do
+  for class in a b; do
+    mkdir -p "$tmp/images/$split/$class"
+    for i in 0 1 2 3; do png "$tmp/images/$split/$class/$i.png"; done
+  done
+done
+bad="$tmp/images/train/b/3.png"
+echo "not a PNG" >"$bad"
+
+args=(--set run.device=cpu --set run.out_dir="$tmp/runs" --set model.name=simple_cnn
+  --set data.dataset=image_folder --set data.path="$tmp/images" --set data.image_size=16
+  --set data.batch_size=2 --set data.eval_batch_size=2 --set data.num_workers=0
+  --set train.epochs=1 --set dist.strategy=ddp)
+
+"$trainer" "${args[@]}" --set dist.strategy=single --dry-run >"$tmp/dry" 2>&1
+if grep -q "this build has no OpenCV" "$tmp/dry"; then
+  echo "skipped: this build has no OpenCV"
+  exit 77
+fi
+
+start=$(date +%s)
+timeout 60 "$source/scripts/mpirun.sh" --oversubscribe -np 2 "$trainer" "${args[@]}" \
+  >"$tmp/out" 2>&1
+code=$?
+elapsed=$(($(date +%s) - start))
+cat "$tmp/out"
+[ "$code" -ne 124 ] || fail "still running after 60 s: the other rank waited for the failed one"
+[ "$code" -eq 2 ] || fail "exit code $code, expected 2 (bad input)"
+grep -qE "^error: rank [01]: $bad: cannot decode the image" "$tmp/out" \
+  || fail "no line naming the rank and $bad"
+if grep -qE "missing rank|never joined|did not complete" "$tmp/out"; then
+  fail "a rank was blamed for not joining"
+fi
+echo "ok: the failing rank ended the job with exit code $code after ${elapsed} s"
