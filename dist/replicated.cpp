@@ -50,9 +50,30 @@ void ReplicatedStrategy::build_optimizer(const std::vector<torch::Tensor>& owned
   optimizer_ = make(owned);
 }
 
+void ReplicatedStrategy::before_forward(int64_t step) {
+  if (buffer_sync_ && step > 0) buffer_sync_->sync(current_);  // step 0: hold() broadcast them
+}
+
+void ReplicatedStrategy::before_eval() {
+  if (buffer_sync_) buffer_sync_->sync(current_);
+}
+
+void ReplicatedStrategy::before_backward(bool last_micro_step) {
+  if (reducer_) reducer_->before_backward(last_micro_step);
+}
+
+void ReplicatedStrategy::after_backward(bool last_micro_step) {
+  if (reducer_) reducer_->after_backward(last_micro_step, current_);
+}
+
 void ReplicatedStrategy::optimizer_step(double lr) {
   optim::set_lr(*optimizer_, lr);
   optimizer_->step();
+  if (reducer_) {
+    reducer_->after_step();
+  } else {
+    for (torch::Tensor& param : params_) param.mutable_grad().reset();
+  }
 }
 
 }  // namespace dtrain::dist

@@ -1,9 +1,12 @@
 // What the strategies in which every rank holds the whole model and takes data (single, ddp,
 // zero stage 1) have in common: the data group is the communicator's ranks, metrics are
-// all-reduced over them, the model state is the module's own, and the optimizer is built
-// over the tensors the strategy chooses.
+// all-reduced over them, the model state is the module's own, the optimizer is built over
+// the tensors the strategy chooses, and, when the subclass sets them up in attach(), a buffer
+// sync before every forward and evaluation and a gradient reducer around backward.
 #pragma once
 
+#include "dist/buffer_sync.h"
+#include "dist/reducer.h"
 #include "dist/step_comm.h"
 #include "dist/strategy.h"
 
@@ -23,6 +26,10 @@ class ReplicatedStrategy : public Strategy {
   void reduce_metrics(torch::Tensor values, ReduceOp op) override;
   NamedTensors model_state() override { return module_state(*model_); }
   void load_model_state(const NamedTensors& state) override;
+  void before_forward(int64_t step) override;
+  void before_backward(bool last_micro_step) override;
+  void after_backward(bool last_micro_step) override;
+  void before_eval() override;
   Stats stats() const override;
 
  protected:
@@ -31,7 +38,7 @@ class ReplicatedStrategy : public Strategy {
   void hold(torch::nn::Module& model);
   // Builds the optimizer over `owned` (kept for load(), which may rebuild a writer's).
   void build_optimizer(const std::vector<torch::Tensor>& owned, const OptimizerFactory& make);
-  // Sets `lr` and steps the optimizer.
+  // Sets `lr`, steps the optimizer, and releases the gradients (through the reducer, if any).
   void optimizer_step(double lr);
   // The step's communication is complete: stats() reports it from now on.
   void end_step_record();
@@ -43,6 +50,8 @@ class ReplicatedStrategy : public Strategy {
   std::vector<torch::Tensor> buffers_;
   OptimizerFactory make_optimizer_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<BufferSync> buffer_sync_;   // none: buffers stay local
+  std::unique_ptr<GradientReducer> reducer_;  // none: no gradient communication
   StepComm current_;  // the step in progress
   StepComm last_;     // the last completed step
 };

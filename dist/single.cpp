@@ -9,10 +9,7 @@ void SingleStrategy::attach(torch::nn::Module& model, const OptimizerFactory& ma
   build_optimizer(params_, make_optimizer);
 }
 
-void SingleStrategy::step(double lr) {
-  optimizer_step(lr);
-  for (torch::Tensor& param : params_) param.mutable_grad().reset();
-}
+void SingleStrategy::step(double lr) { optimizer_step(lr); }
 
 void SingleStrategy::save(const std::string& dir) const { save_optimizer(*optimizer_, dir); }
 

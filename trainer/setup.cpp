@@ -200,11 +200,11 @@ std::string describe_run(const Config& config, const RunSetup& setup) {
   return fmt::format(
       "dtrain | LibTorch {} | CUDA build {} | OpenCV {}\n"
       "run {} -> {}\n"
-      "{} rank(s) | device {} | {} torch threads | strategy {}\n"
+      "{} rank(s) on {} node(s) | device {} | {} torch threads | strategy {}\n"
       "model {} ({} parameters) | data {} | precision {}{}\n"
       "global batch {} ({} rank(s) x {} x {} micro-steps) | {} steps/epoch | {} steps",
       TORCH_VERSION, cuda, opencv, config.run.name, setup.run_dir, setup.world.size,
-      setup.device.str(),
+      setup.world.num_nodes, setup.device.str(),
       torch::get_num_threads(), setup.strategy->name(), config.model.name, num_params,
       config.data.dataset, config.train.precision,
       config.train.channels_last ? " | channels_last" : "", setup.images_per_step,

@@ -4,6 +4,7 @@
 #include "dist/comm/gather.h"
 #include "dist/comm/mpi_types.h"
 #include "dist/comm/mpi_work.h"
+#include "dist/comm/nodes.h"
 #include "dist/comm/progress_channel.h"
 
 #include <fmt/format.h>
@@ -311,12 +312,11 @@ WorldInfo init_world() {
     WorldInfo info;
     MPI_Comm_rank(MPI_COMM_WORLD, &info.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &info.size);
-    MPI_Comm local;
-    DTRAIN_MPI_CHECK(
-        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, info.rank, MPI_INFO_NULL, &local));
-    MPI_Comm_rank(local, &info.local_rank);
-    MPI_Comm_size(local, &info.local_size);
-    MPI_Comm_free(&local);
+    const NodeLayout layout = detect_nodes(info.rank, info.size);
+    info.node = layout.node;
+    info.num_nodes = layout.num_nodes;
+    info.local_rank = layout.local_rank;
+    info.local_size = layout.local_size;
     set_error_rank(info.rank);
     g_started = info;
     return info;
@@ -346,6 +346,11 @@ int max_over_world(int value) {
 std::unique_ptr<Communicator> make_mpi_world(double timeout_s) {
   init_world();
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, timeout_s);
+}
+
+std::unique_ptr<Communicator> make_mpi_node(double timeout_s) {
+  const WorldInfo world = init_world();
+  return make_mpi_world(timeout_s)->split(world.node, world.rank);
 }
 
 }  // namespace dtrain::dist

@@ -12,7 +12,11 @@ namespace dtrain::dist {
 struct WorldInfo {
   int rank = 0;
   int size = 1;
-  int local_rank = 0;  // rank among the processes of this machine (MPI_COMM_TYPE_SHARED)
+  // The machine this rank runs on (dist/comm/nodes.h: MPI's shared-memory groups, or the
+  // DTRAIN_RANKS_PER_NODE override) and its place there.
+  int node = 0;
+  int num_nodes = 1;
+  int local_rank = 0;
   int local_size = 1;
 };
 
@@ -35,5 +39,7 @@ int max_over_world(int value);
 
 // The world's communicator, each wait bounded by `timeout_s` seconds.
 std::unique_ptr<Communicator> make_mpi_world(double timeout_s);
+// The ranks of this rank's node (WorldInfo::node), in world order. Collective over the world.
+std::unique_ptr<Communicator> make_mpi_node(double timeout_s);
 
 }  // namespace dtrain::dist

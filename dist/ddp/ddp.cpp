@@ -51,23 +51,8 @@ std::unique_ptr<Work> DdpStrategy::launch(Bucket& bucket) {
   return comm_->all_reduce(bucket.flat, ReduceOp::kAverage);
 }
 
-void DdpStrategy::before_forward(int64_t step) {
-  if (step > 0) buffer_sync_->sync(current_);  // step 0: attach() broadcast them
-}
-
-void DdpStrategy::before_eval() { buffer_sync_->sync(current_); }
-
-void DdpStrategy::before_backward(bool last_micro_step) {
-  reducer_->before_backward(last_micro_step);
-}
-
-void DdpStrategy::after_backward(bool last_micro_step) {
-  reducer_->after_backward(last_micro_step, current_);
-}
-
 void DdpStrategy::step(double lr) {
   optimizer_step(lr);
-  reducer_->after_step();
   end_step_record();
 }
 

@@ -11,7 +11,6 @@
 //   - BatchNorm buffers follow `dist.ddp.buffers` (dist/buffer_sync.h).
 #pragma once
 
-#include "dist/buffer_sync.h"
 #include "dist/comm/communicator.h"
 #include "dist/options.h"
 #include "dist/reducer.h"
@@ -29,10 +28,6 @@ class DdpStrategy : public ReplicatedStrategy, private CommHook {
 
   std::string name() const override { return "ddp"; }
   void attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) override;
-  void before_forward(int64_t step) override;
-  void before_backward(bool last_micro_step) override;
-  void after_backward(bool last_micro_step) override;
-  void before_eval() override;
   std::vector<torch::Tensor> gradient_owners() override { return params_; }
   void step(double lr) override;
   void save(const std::string& dir) const override;
@@ -49,8 +44,6 @@ class DdpStrategy : public ReplicatedStrategy, private CommHook {
   Layout plan_layout(const std::vector<int64_t>& order) const;
 
   DdpOptions options_;
-  std::unique_ptr<BufferSync> buffer_sync_;
-  std::unique_ptr<GradientReducer> reducer_;
 };
 
 }  // namespace dtrain::dist

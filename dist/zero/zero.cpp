@@ -102,23 +102,8 @@ void ZeroStrategy::finish(Bucket& bucket) {
   }
 }
 
-void ZeroStrategy::before_forward(int64_t step) {
-  if (step > 0) buffer_sync_->sync(current_);  // step 0: attach() broadcast them
-}
-
-void ZeroStrategy::before_eval() { buffer_sync_->sync(current_); }
-
-void ZeroStrategy::before_backward(bool last_micro_step) {
-  reducer_->before_backward(last_micro_step);
-}
-
-void ZeroStrategy::after_backward(bool last_micro_step) {
-  reducer_->after_backward(last_micro_step, current_);
-}
-
 void ZeroStrategy::step(double lr) {
   optimizer_step(lr);
-  reducer_->after_step();
   {
     torch::NoGradGuard no_grad;
     const torch::Tensor own =

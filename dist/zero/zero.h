@@ -14,7 +14,6 @@
 // Parameters without a gradient in a step count as zero gradients.
 #pragma once
 
-#include "dist/buffer_sync.h"
 #include "dist/comm/communicator.h"
 #include "dist/reducer.h"
 #include "dist/replicated.h"
@@ -33,10 +32,6 @@ class ZeroStrategy : public ReplicatedStrategy, private CommHook {
 
   std::string name() const override { return "zero"; }
   void attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) override;
-  void before_forward(int64_t step) override;
-  void before_backward(bool last_micro_step) override;
-  void after_backward(bool last_micro_step) override;
-  void before_eval() override;
   // This rank's parameters: only their gradients are reduced here.
   std::vector<torch::Tensor> gradient_owners() override { return owned_; }
   void step(double lr) override;
@@ -57,8 +52,6 @@ class ZeroStrategy : public ReplicatedStrategy, private CommHook {
   ZeroPartition partition_;
   torch::Tensor flat_params_;  // [ranks * shard_numel]; every parameter is a view into it
   torch::Tensor shard_grads_;  // [shard_numel]: this rank's averaged gradients
-  std::unique_ptr<BufferSync> buffer_sync_;
-  std::unique_ptr<GradientReducer> reducer_;
   // On rank 0: every rank's serialized optimizer state, gathered by prepare_checkpoint().
   std::vector<std::string> gathered_state_;
 };

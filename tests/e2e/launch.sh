@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Launching as on a cluster, on this one machine: scripts/mpirun.sh oversubscribes when asked
+# for more ranks than cores; a hostfile gives the slots; and two simulated "nodes"
+# (DTRAIN_RANKS_PER_NODE=1) train and report their layout.
+#   usage: launch.sh TRAINER SOURCE_DIR
+set -euo pipefail
+trainer=$1
+source_dir=$2
+data=/usr/share/datasets/fashion-mnist
+[ -d "$data" ] || { echo "skipped: no Fashion-MNIST at $data"; exit 77; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+run() {  # NAME MPIRUN_ARGS... -- extra trainer args
+  local name=$1
+  shift
+  "$@" "$trainer" --config "$source_dir/configs/fashion_mnist.toml" \
+    --set run.out_dir="$work" --set run.name="$name" --set train.max_steps=3 \
+    --set data.batch_size=8 --set run.log_every=1 >"$work/$name.log" 2>&1 ||
+    { echo "FAIL: $name"; tail -20 "$work/$name.log"; exit 1; }
+}
+
+# More ranks than cores: a note, not Open MPI's slot error.
+ranks=$(($(nproc) + 1))
+run oversubscribed "$source_dir/scripts/mpirun.sh" -np "$ranks"
+grep -q "oversubscribing" "$work/oversubscribed.log" || { echo "FAIL: no oversubscription note"; exit 1; }
+grep -q "$ranks rank(s) on 1 node(s)" "$work/oversubscribed.log" ||
+  { echo "FAIL: banner"; grep "rank(s)" "$work/oversubscribed.log"; exit 1; }
+
+# A hostfile, as on a cluster (here with this machine only), and two simulated nodes.
+echo "localhost slots=2" >"$work/hosts"
+run two_nodes "$source_dir/scripts/mpirun.sh" --hostfile "$work/hosts" -np 2 \
+  -x DTRAIN_RANKS_PER_NODE=1
+grep -q "2 rank(s) on 2 node(s)" "$work/two_nodes.log" ||
+  { echo "FAIL: two nodes"; grep "rank(s)" "$work/two_nodes.log"; exit 1; }
+grep -q '"accuracy/test"' "$work/two_nodes/metrics.jsonl" || { echo "FAIL: no result"; exit 1; }
+echo "launch: oversubscribed $ranks ranks, hostfile with 2 simulated nodes"
