@@ -20,7 +20,7 @@ for ((i = 0; i < ${#args[@]}; ++i)); do
   esac
 done
 [ -n "${SLURM_JOB_ID:-}" ] && placed=1
-cores=$(nproc)
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # nproc alone obeys OMP_NUM_THREADS
 if [ -z "$placed" ] && [[ "$ranks" =~ ^[0-9]+$ ]] && [ "$ranks" -gt "$cores" ]; then
   echo "mpirun.sh: $ranks ranks on $cores cores: oversubscribing (ranks share cores)" >&2
   extra=(--oversubscribe)

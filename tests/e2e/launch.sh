@@ -20,7 +20,7 @@ run() {  # NAME MPIRUN_ARGS... -- extra trainer args
 }
 
 # More ranks than cores: a note, not Open MPI's slot error.
-ranks=$(($(nproc) + 1))
+ranks=$(($(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) + 1))
 run oversubscribed "$source_dir/scripts/mpirun.sh" -np "$ranks"
 grep -q "oversubscribing" "$work/oversubscribed.log" || { echo "FAIL: no oversubscription note"; exit 1; }
 grep -q "$ranks rank(s) on 1 node(s)" "$work/oversubscribed.log" ||
