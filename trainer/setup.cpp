@@ -20,6 +20,7 @@
 #endif
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <thread>
@@ -114,6 +115,11 @@ std::unique_ptr<data::Loader> make_loader(std::shared_ptr<const data::Dataset> d
 }  // namespace
 
 RunSetup build_run(const Config& config) {
+  // One hardware work queue per GPU, unless the environment says otherwise: with several, the
+  // communication stream's queue slowed every compute kernel launch (1.1 of 1.2 ms a step of
+  // DDP's overhead on ResNet-50, docs/PERFORMANCE.md). CUDA reads it when it starts, so before
+  // MPI (which may start CUDA) and before any device query.
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", /*overwrite=*/0);
   RunSetup setup;
   setup.world = dist::init_world();
   log::configure(setup.world.rank, log::Level::kInfo);

@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "trainer/checkpoint.h"
 #include "trainer/config.h"
+#include "trainer/memory_stats.h"
 #include "trainer/metrics.h"
 #include "trainer/precision.h"
 #include "trainer/profiler.h"
@@ -147,6 +148,7 @@ class Trainer {
     for (const dist::Stat& stat : s_.strategy->stats()) {
       fields.push_back({stat.name, stat.value});
     }
+    for (auto& field : peak_memory(s_.device)) fields.push_back(std::move(field));
     if (scaler_) {
       fields.push_back({"amp/loss_scale", scaler_->current_scale()});
       fields.push_back({"amp/skipped_steps", static_cast<double>(skipped_steps_)});
