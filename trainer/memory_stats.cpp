@@ -14,9 +14,9 @@ MetricFields peak_memory(torch::Device device) {
   MetricFields fields = {{"memory/host_peak_mb", static_cast<double>(usage.ru_maxrss) / 1024.0}};
 #ifdef DTRAIN_CUDA
   if (device.is_cuda()) {
-    using c10::cuda::CUDACachingAllocator::StatType;
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-    const auto all = static_cast<size_t>(StatType::AGGREGATE);
+    // StatType::AGGREGATE, the sum over pools: index 0 (the enum moved namespaces in torch 2).
+    const size_t all = 0;
     fields.push_back({"memory/device_peak_allocated_mb",
                       static_cast<double>(stats.allocated_bytes[all].peak) / kMiB});
     fields.push_back({"memory/device_peak_reserved_mb",
