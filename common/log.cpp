@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <vector>
 
 namespace dtrain::log {
 
@@ -14,8 +15,20 @@ struct State {
   Level level = Level::kInfo;
   bool all_ranks = false;
   std::ofstream file;
+  // What was written before the file opened (the start-up banner), so the file has it all.
+  std::vector<std::string> early;
   std::mutex mutex;
 };
+
+// Caller holds the mutex.
+void append(State& s, const std::string& line) {
+  if (s.file.is_open()) {
+    s.file << line << '\n';
+    s.file.flush();
+  } else {
+    s.early.push_back(line);
+  }
+}
 
 State& state() {
   static State s;
@@ -47,15 +60,21 @@ void open_file(const std::string& path) {
   std::lock_guard<std::mutex> lock(s.mutex);
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   s.file.open(path, std::ios::app);
+  for (const std::string& line : s.early) s.file << line << '\n';
+  s.early.clear();
+  s.file.flush();
+}
+
+void to_file(const std::string& line) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  append(s, line);
 }
 
 void write(Level level, const std::string& message) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  if (s.file.is_open()) {
-    s.file << prefix(level) << message << '\n';
-    s.file.flush();
-  }
+  append(s, prefix(level) + message);
   if (level < s.level) return;
   const bool to_terminal = s.rank == 0 || s.all_ranks || level >= Level::kWarn;
   if (!to_terminal) return;

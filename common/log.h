@@ -12,8 +12,11 @@ enum class Level { kDebug, kInfo, kWarn, kError };
 // Messages below `level` are dropped. Ranks other than 0 print only warnings and errors
 // to stderr unless `all_ranks` is set; everything always reaches the rank's log file.
 void configure(int rank, Level level, bool all_ranks = false);
-// Also append every message to `path` (created with its parent directory).
+// Also append every message to `path` (created with its parent directory), beginning with
+// those written before it opened.
 void open_file(const std::string& path);
+// Appends `line` to the log file only (what the caller printed itself, such as progress lines).
+void to_file(const std::string& line);
 void write(Level level, const std::string& message);
 
 template <typename... Args>

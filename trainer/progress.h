@@ -1,4 +1,5 @@
-// The live progress line of rank 0: rewritten in place on a terminal, plain lines otherwise.
+// The live progress line of rank 0: rewritten in place on a terminal, plain lines otherwise
+// (and under mpirun); every line also goes to the run's log file.
 #pragma once
 
 #include <cstdint>

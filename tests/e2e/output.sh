@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# What a run prints, as a job log sees it: plain lines (no carriage returns or escape codes)
+# when stdout is a file, also under mpirun, and train.log holding every line rank 0 printed,
+# the start-up banner and the progress lines included.
+#   usage: output.sh TRAINER SOURCE_DIR
+set -euo pipefail
+trainer=$1
+source_dir=$2
+data=/usr/share/datasets/fashion-mnist
+[ -d "$data" ] || { echo "skipped: no Fashion-MNIST at $data"; exit 77; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+"$source_dir/scripts/mpirun.sh" -np 2 --oversubscribe "$trainer" \
+  --config "$source_dir/configs/fashion_mnist.toml" --set run.out_dir="$work" \
+  --set run.name=out --set train.max_steps=6 --set data.batch_size=8 --set run.log_every=2 \
+  >"$work/stdout.log" 2>"$work/stderr.log"
+if grep -q $'\r\|\033' "$work/stdout.log"; then
+  echo "FAIL: terminal control characters in a redirected log"
+  exit 1
+fi
+[ "$(grep -c '^step ' "$work/stdout.log")" -eq 3 ] || { echo "FAIL: step lines"; cat "$work/stdout.log"; exit 1; }
+# Every line rank 0 printed is in train.log.
+missing=$(grep -vxFf "$work/out/train.log" "$work/stdout.log" || true)
+[ -z "$missing" ] || { echo "FAIL: printed but not in train.log:"; echo "$missing"; exit 1; }
+grep -q '^dtrain |' "$work/out/train.log" || { echo "FAIL: no banner in train.log"; exit 1; }
+grep -q 'final test accuracy' "$work/out/train.log" || { echo "FAIL: no result in train.log"; exit 1; }
+echo "output: $(wc -l <"$work/stdout.log") plain lines printed, all in train.log"
