@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Draws scripts/sweep_strategies.sh's sweep.csv: step time per strategy and rank count, split
-into what communication left exposed and the rest (compute and framework).
+"""Draws scripts/sweep_strategies.sh's sweep.csv, one bar per strategy and rank count: images
+per second (the median run, with a bar from the slowest to the fastest run), and step time
+split into what communication left exposed and the rest (compute and framework).
 
     scripts/plot_sweep.py OUT_DIR/sweep.csv OUT.png
 
 Needs matplotlib (Debian: python3-matplotlib).
 """
 import csv
+import statistics
 import sys
 
 try:
@@ -14,28 +16,46 @@ try:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 except ImportError:
-    sys.exit("plot_sweep.py needs matplotlib: apt-get install python3-matplotlib")
+    sys.exit("plot_sweep.py needs matplotlib: apt-get install python3-matplotlib "
+             "(and run it with the Python that has it, e.g. /usr/bin/python3)")
 
 
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
-    rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["step_ms"]]
-    if not rows:
+    points = {}
+    for row in csv.DictReader(open(sys.argv[1])):
+        if row["step_ms"]:
+            points.setdefault((int(row["ranks"]), row["strategy"]), []).append(row)
+    if not points:
         sys.exit(f"{sys.argv[1]}: no completed runs")
-    labels = [f"{r['strategy']}\n{r['ranks']} rank(s)" for r in rows]
-    step = [float(r["step_ms"]) for r in rows]
-    exposed = [float(r["exposed_ms"] or 0.0) for r in rows]
+    keys = sorted(points)
+    labels = [f"{strategy}\n{ranks} rank(s)" for ranks, strategy in keys]
+
+    def values(key, column):
+        return [float(r[column] or 0.0) for r in points[key]]
+
+    rate = [statistics.median(values(k, "img_per_s")) for k in keys]
+    low = [r - min(values(k, "img_per_s")) for r, k in zip(rate, keys)]
+    high = [max(values(k, "img_per_s")) - r for r, k in zip(rate, keys)]
+    step = [statistics.median(values(k, "step_ms")) for k in keys]
+    exposed = [statistics.median(values(k, "exposed_ms")) for k in keys]
     rest = [s - e for s, e in zip(step, exposed)]
 
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(rows)), 4.0))
-    ax.bar(labels, rest, label="compute and framework")
-    ax.bar(labels, exposed, bottom=rest, label="exposed communication")
+    width = max(4.0, 1.2 * len(keys))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(width, 7.0), sharex=True)
+    top.bar(labels, rate, yerr=[low, high], capsize=4)
+    for x, r in enumerate(rate):
+        top.annotate(f"{r:.0f}", (x, r), ha="center", va="bottom", fontsize=8)
+    runs = max(len(v) for v in points.values())
+    top.set_ylabel("images / s")
+    top.set_title(f"Throughput by strategy, median of up to {runs} run(s), range as bars")
+    bottom.bar(labels, rest, label="compute and framework")
+    bottom.bar(labels, exposed, bottom=rest, label="exposed communication")
     for x, s in enumerate(step):
-        ax.annotate(f"{s:.1f}", (x, s), ha="center", va="bottom", fontsize=8)
-    ax.set_ylabel("ms per step")
-    ax.set_title("Step time by strategy (scripts/sweep_strategies.sh)")
-    ax.legend()
+        bottom.annotate(f"{s:.1f}", (x, s), ha="center", va="bottom", fontsize=8)
+    bottom.set_ylabel("ms per step (median)")
+    bottom.legend()
     fig.tight_layout()
     fig.savefig(sys.argv[2], dpi=120)
     print(f"wrote {sys.argv[2]}")

@@ -4,24 +4,28 @@
 #     --ranks "1 2 4"              rank counts (default "1 2")
 #     --strategies "single ddp zero" (default; `single` runs at 1 rank only)
 #     --steps N                    steps per run (default 200)
+#     --repeat N                   runs per point, to show the spread (default 3)
 #     --config FILE                the job (default configs/fashion_mnist.toml)
 #   Further --set options go to every run (e.g. --set run.device=cuda).
 # Each rank keeps the config's per-rank batch, so N ranks train on N times the global batch.
-# Writes OUT_DIR/sweep.csv (step time, communication, optimizer state held by rank 0) and
-# prints it as a markdown table; scripts/plot_sweep.py draws it.
+# Writes OUT_DIR/sweep.csv (one row per run: step time, images per second, communication,
+# bytes sent, optimizer state held by rank 0) and prints a markdown table of each point's
+# median with the runs' range; scripts/plot_sweep.py draws it.
 # Figures: averages over the logged intervals after the first (start-up and first-step
-# allocation excluded); "vs single" is the step time over `single`'s at 1 rank.
+# allocation excluded); "vs single" is the median step time over `single`'s at 1 rank.
 set -euo pipefail
 build=$(cd "$1" && pwd)
 mkdir -p "$2"
 out=$(cd "$2" && pwd)
 shift 2
-ranks="1 2" strategies="single ddp zero" steps=200 config=configs/fashion_mnist.toml sets=()
+ranks="1 2" strategies="single ddp zero" steps=200 repeat=3 config=configs/fashion_mnist.toml
+sets=()
 while (($#)); do
   case $1 in
     --ranks) ranks=$2; shift 2 ;;
     --strategies) strategies=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
+    --repeat) repeat=$2; shift 2 ;;
     --config) config=$2; shift 2 ;;
     --set) sets+=(--set "$2"); shift 2 ;;
     *) echo "sweep_strategies.sh: unknown option $1" >&2; exit 2 ;;
@@ -29,46 +33,62 @@ while (($#)); do
 done
 cd "$(dirname "$0")/.."
 
-echo "ranks,strategy,step_ms,img_per_s,comm_ms,exposed_ms,comm_mb,optimizer_state_mb,loss" \
+echo "ranks,strategy,repeat,step_ms,img_per_s,comm_ms,exposed_ms,comm_mb,optimizer_state_mb,loss" \
   >"$out/sweep.csv"
 for n in $ranks; do
   for strategy in $strategies; do
     [ "$strategy" = single ] && [ "$n" -ne 1 ] && continue
-    name="np${n}_$strategy"
-    if ! scripts/mpirun.sh -np "$n" --oversubscribe --bind-to none "$build/trainer" \
-      --config "$config" --set run.out_dir="$out" --set run.name="$name" \
-      --set dist.strategy="$strategy" --set train.max_steps="$steps" \
-      --set run.log_every=$((steps / 5 > 0 ? steps / 5 : 1)) "${sets[@]}" \
-      >"$out/$name.log" 2>&1; then
-      echo "$name failed:" >&2
-      tail -5 "$out/$name.log" >&2
-      continue
-    fi
-    python3 - "$out/$name/metrics.jsonl" "$n" "$strategy" >>"$out/sweep.csv" <<'PY'
+    for r in $(seq 1 "$repeat"); do
+      name="np${n}_${strategy}_r$r"
+      if ! scripts/mpirun.sh -np "$n" --oversubscribe --bind-to none "$build/trainer" \
+        --config "$config" --set run.out_dir="$out" --set run.name="$name" \
+        --set dist.strategy="$strategy" --set train.max_steps="$steps" \
+        --set run.log_every=$((steps / 5 > 0 ? steps / 5 : 1)) "${sets[@]}" \
+        >"$out/$name.log" 2>&1; then
+        echo "$name failed:" >&2
+        tail -5 "$out/$name.log" >&2
+        continue
+      fi
+      python3 - "$out/$name/metrics.jsonl" "$n" "$strategy" "$r" >>"$out/sweep.csv" <<'PY'
 import json, sys
 records = [json.loads(line) for line in open(sys.argv[1])]
 steps = [r for r in records if r["kind"] == "step"][1:]
 def mean(key, digits, scale=1.0):
     values = [s[key] * scale for s in steps if key in s]
     return f"{sum(values) / len(values):.{digits}f}" if values else ""
-print(",".join([sys.argv[2], sys.argv[3], mean("time/step_ms", 2),
+print(",".join([sys.argv[2], sys.argv[3], sys.argv[4], mean("time/step_ms", 2),
                 mean("throughput/img_per_s", 0), mean("comm/ms", 2), mean("comm/exposed_ms", 2),
                 mean("comm/sent_bytes", 3, 1 / 2**20), mean("memory/optimizer_state_mb", 3),
                 f"{steps[-1]['loss/train']:.4f}" if steps else ""]))
 PY
+    done
   done
 done
 
 python3 - "$out/sweep.csv" <<'PY'
-import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-base = next((float(r["step_ms"]) for r in rows if r["strategy"] == "single" and r["step_ms"]), None)
-print("| ranks | strategy | step ms | vs single | img/s | comm ms | exposed ms | MiB sent "
-      "| optimizer state MiB (rank 0) | loss |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+import csv, statistics, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["step_ms"]]
+points = {}
 for r in rows:
-    ratio = f"{float(r['step_ms']) / base:.2f}" if base and r["step_ms"] else "-"
-    print(f"| {r['ranks']} | {r['strategy']} | {r['step_ms']} | {ratio} | {r['img_per_s']} | "
-          f"{r['comm_ms'] or '-'} | {r['exposed_ms'] or '-'} | {r['comm_mb'] or '-'} | "
-          f"{r['optimizer_state_mb']} | {r['loss']} |")
+    points.setdefault((int(r["ranks"]), r["strategy"]), []).append(r)
+def median(runs, key):
+    values = [float(r[key]) for r in runs if r[key]]
+    return statistics.median(values) if values else None
+def spread(runs, key, digits):
+    values = [float(r[key]) for r in runs if r[key]]
+    return f"{min(values):.{digits}f}-{max(values):.{digits}f}" if len(values) > 1 else "-"
+def text(value, digits):
+    return "-" if value is None else f"{value:.{digits}f}"
+base = median(points.get((1, "single"), []), "step_ms")
+print("| ranks | strategy | runs | step ms | vs single | img/s | img/s range | comm ms "
+      "| exposed ms | MiB sent | optimizer state MiB (rank 0) | loss |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+for (ranks, strategy), runs in sorted(points.items()):
+    step = median(runs, "step_ms")
+    ratio = f"{step / base:.2f}" if base and step else "-"
+    print(f"| {ranks} | {strategy} | {len(runs)} | {text(step, 2)} | {ratio} | "
+          f"{text(median(runs, 'img_per_s'), 0)} | {spread(runs, 'img_per_s', 0)} | "
+          f"{text(median(runs, 'comm_ms'), 2)} | {text(median(runs, 'exposed_ms'), 2)} | "
+          f"{text(median(runs, 'comm_mb'), 3)} | {runs[0]['optimizer_state_mb']} | "
+          f"{runs[0]['loss']} |")
 PY
