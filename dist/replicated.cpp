@@ -26,7 +26,7 @@ Stats ReplicatedStrategy::stats() const {
 
 void ReplicatedStrategy::end_step_record() {
   last_ = std::move(current_);
-  current_ = StepComm(comm_->rank(), comm_->size());
+  current_ = StepComm(comm_->rank(), comm_->size(), comm_->now());
 }
 
 void ReplicatedStrategy::hold(torch::nn::Module& model) {

@@ -19,7 +19,7 @@ namespace dtrain::dist {
 class ReplicatedStrategy : public Strategy {
  public:
   explicit ReplicatedStrategy(std::shared_ptr<Communicator> comm)
-      : comm_(std::move(comm)), current_(comm_->rank(), comm_->size()),
+      : comm_(std::move(comm)), current_(comm_->rank(), comm_->size(), comm_->now()),
         last_(comm_->rank(), comm_->size()) {}
 
   DataGroup data_group() const override { return {comm_->rank(), comm_->size(), comm_}; }
@@ -31,6 +31,7 @@ class ReplicatedStrategy : public Strategy {
   void after_backward(bool last_micro_step) override;
   void before_eval() override;
   Stats stats() const override;
+  std::vector<Span> last_step_spans() const override { return last_.spans(); }
 
  protected:
   // The first thing a subclass's attach() does: remembers the model and its trainable

@@ -1,5 +1,7 @@
 #include "dist/step_comm.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace dtrain::dist {
@@ -14,6 +16,28 @@ double ring_factor(Collective kind, double n) {
     case Collective::kAllGather: return (n - 1.0) / n;
     default: return 1.0;
   }
+}
+
+const char* collective_name(Collective kind) {
+  switch (kind) {
+    case Collective::kAllReduce: return "all_reduce";
+    case Collective::kReduceScatter: return "reduce_scatter";
+    case Collective::kAllGather: return "all_gather";
+    case Collective::kBroadcast: return "broadcast";
+    case Collective::kReduce: return "reduce";
+    case Collective::kSend: return "send";
+    case Collective::kRecv: return "recv";
+  }
+  return "?";
+}
+
+const char* traffic_name(Traffic traffic) {
+  switch (traffic) {
+    case Traffic::kGradients: return "gradients";
+    case Traffic::kParameters: return "parameters";
+    case Traffic::kSmall: return "buffers";
+  }
+  return "?";
 }
 
 }  // namespace
@@ -66,6 +90,19 @@ Stats StepComm::stats() const {
           {"comm/ms", ms},
           {"comm/exposed_ms", gradient_tail_ms + blocking_ms},
           {"comm/busbw_gbps", bulk_ms > 0.0 ? bus_bytes / (bulk_ms * 1e-3) / 1e9 : 0.0}};
+}
+
+std::vector<Span> StepComm::spans() const {
+  std::vector<Span> spans;
+  if (!origin_) return spans;
+  for (const Op& op : ops_) {
+    spans.push_back({fmt::format("{} {:.1f} MiB ({})", collective_name(op.kind),
+                                 static_cast<double>(op.bytes) / (1 << 20),
+                                 traffic_name(op.traffic)),
+                     origin_->ms_until(*op.work->started()),
+                     op.work->started()->ms_until(*op.work->finished())});
+  }
+  return spans;
 }
 
 }  // namespace dtrain::dist

@@ -36,8 +36,10 @@ enum class Traffic {
 
 class StepComm {
  public:
-  // `rank`, `ranks`: this rank in the communicator the operations run on.
-  StepComm(int rank, int ranks) : rank_(rank), ranks_(ranks) {}
+  // `rank`, `ranks`: this rank in the communicator the operations run on; `origin`: the
+  // step's start on its clock (Communicator::now()), which spans() count from.
+  StepComm(int rank, int ranks, std::shared_ptr<const TimePoint> origin = nullptr)
+      : rank_(rank), ranks_(ranks), origin_(std::move(origin)) {}
 
   // A completed (waited) operation. `root`: broadcast's and reduce's root, the peer of a
   // send or recv; ignored otherwise.
@@ -48,6 +50,9 @@ class StepComm {
   bool empty() const { return ops_.empty(); }
 
   Stats stats() const;
+  // Each operation as "all_reduce 4.0 MiB (gradients)" from its start to its end, counted
+  // from the origin (none without one).
+  std::vector<Span> spans() const;
 
  private:
   struct Op {
@@ -59,6 +64,7 @@ class StepComm {
   };
   int rank_, ranks_;
   std::vector<Op> ops_;
+  std::shared_ptr<const TimePoint> origin_;
   std::shared_ptr<const TimePoint> backward_end_;
 };
 

@@ -45,6 +45,14 @@ struct Stat {
 };
 using Stats = std::vector<Stat>;
 
+// Something that took time in a step, for the timeline (run.trace): milliseconds from the
+// step's start, on the clock of the device it ran on.
+struct Span {
+  std::string name;
+  double start_ms = 0.0;
+  double duration_ms = 0.0;
+};
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -96,6 +104,8 @@ class Strategy {
   // ---- Figures of the last completed step (communication, memory), for the metrics. May
   // wait for the device: called only when the loop reports.
   virtual Stats stats() const = 0;
+  // The last completed step's communication, one span per operation. Waits for the device.
+  virtual std::vector<Span> last_step_spans() const { return {}; }
 };
 
 // The model's parameters and buffers by name, in registration order (aliases, no copies).
