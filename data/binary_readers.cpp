@@ -184,9 +184,7 @@ class IdxDataset : public Dataset {
 
 std::unique_ptr<Dataset> open_idx(const DataOptions& options, Split split) {
   const bool fashion = options.dataset == "fashion_mnist";
-  const std::string hint =
-      fashion ? "install Debian package dataset-fashion-mnist, or set data.path"
-              : "download the four MNIST IDX files (gzip or plain) there, or set data.path";
+  const std::string hint = dataset_hint(options.dataset);
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
   const std::string images = find_idx_file(options.path, prefix + "-images-idx3-ubyte", hint);
   const std::string labels = find_idx_file(options.path, prefix + "-labels-idx1-ubyte", hint);
@@ -296,9 +294,8 @@ std::unique_ptr<Dataset> open_cifar10(const DataOptions& options, Split split) {
   for (const std::string& name : names) {
     const fs::path file = dir / name;
     if (!fs::is_regular_file(file)) {
-      throw UserError(fmt::format("{}: not found; unpack the CIFAR-10 binary version "
-                                  "(cifar-10-binary.tar.gz) and set data.path to its folder",
-                                  file.string()));
+      throw UserError(
+          fmt::format("{}: not found; {}", file.string(), dataset_hint(options.dataset)));
     }
     files.push_back(file.string());
   }

@@ -34,10 +34,11 @@ bool is_image_file(const fs::path& path) {
 
 // Sorted names of the sub-folders of `root`.
 std::vector<std::string> class_names(const fs::path& root) {
-  if (!fs::is_directory(root)) {
-    throw UserError(fmt::format("{}: not found or not a folder; image_folder expects "
-                                "data.path/train and data.path/val, one sub-folder per class",
-                                root.string()));
+  const std::string problem = folder_problem(root.string());
+  if (!problem.empty()) {
+    throw UserError(fmt::format("{}: {}; image_folder expects data.path/train and "
+                                "data.path/val, one sub-folder per class",
+                                root.string(), problem));
   }
   std::vector<std::string> names;
   for (const fs::directory_entry& entry : fs::directory_iterator(root)) {

@@ -21,6 +21,13 @@ std::unique_ptr<Dataset> open_image_folder(const DataOptions& options, Split spl
 // Random normal images, generated on the device by the loader.
 std::unique_ptr<Dataset> open_synthetic(const DataOptions& options);
 
+// What to do to get dataset `name`'s files, for error messages ("install Debian package ...").
+std::string dataset_hint(const std::string& name);
+
+// Why `path` cannot be a dataset folder ("does not exist", "not a folder (it is a file)"),
+// or "" when it is a folder.
+std::string folder_problem(const std::string& path);
+
 // The whole content of `path`, gunzipped when it is a gzip file (zlib reads plain files
 // through unchanged). Throws UserError naming the file when it cannot be opened or the
 // gzip stream is corrupt; a truncated gzip stream yields the bytes before the cut.

@@ -146,7 +146,11 @@ TEST_CASE("image folder: a file that does not decode is named when it is loaded"
 TEST_CASE("image folder: missing folders, no classes, empty classes, mismatched val") {
   test::TempDir dir;
   const DataOptions options = folder_options(dir, 8);
-  CHECK(contains(open_error(options), (dir.path() / "train").string() + ": not found"));
+  CHECK(contains(open_error(options), (dir.path() / "train").string() + ": does not exist"));
+  test::write_bytes(dir.path() / "train", {'x'});
+  CHECK(contains(open_error(options),
+                 (dir.path() / "train").string() + ": not a folder (it is a file)"));
+  fs::remove(dir.path() / "train");
 
   fs::create_directories(dir.path() / "train");
   CHECK(contains(open_error(options), "train: no class sub-folders"));
