@@ -22,13 +22,15 @@ std::vector<uint8_t> read_file(const std::string& path) {
   }
   gzbuffer(file, 1 << 17);
   std::vector<uint8_t> bytes;
-  constexpr size_t kChunk = size_t{1} << 20;
+  // Reads of doubling size, 64 KiB to 16 MiB: small files cost little, large ones few calls.
+  size_t chunk = size_t{1} << 16;
   int got = 0;
   do {
     const size_t old_size = bytes.size();
-    bytes.resize(old_size + kChunk);
-    got = gzread(file, bytes.data() + old_size, static_cast<unsigned>(kChunk));
+    bytes.resize(old_size + chunk);
+    got = gzread(file, bytes.data() + old_size, static_cast<unsigned>(chunk));
     bytes.resize(old_size + static_cast<size_t>(std::max(got, 0)));
+    chunk = std::min(chunk * 2, size_t{1} << 24);
   } while (got > 0);
   int code = Z_OK;
   const std::string message = gzerror(file, &code);
