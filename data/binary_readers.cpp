@@ -184,15 +184,19 @@ class IdxDataset : public Dataset {
 
 }  // namespace
 
+std::unique_ptr<Dataset> open_idx_files(const std::string& images_path,
+                                        const std::string& labels_path, double mean, double std) {
+  return std::make_unique<IdxDataset>(images_path, labels_path, mean, std);
+}
+
 std::unique_ptr<Dataset> open_idx(const DataOptions& options, Split split) {
-  const bool fashion = options.dataset == "fashion_mnist";
   const std::string hint = dataset_hint(options.dataset);
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
   const std::string images = find_idx_file(options.path, prefix + "-images-idx3-ubyte", hint);
   const std::string labels = find_idx_file(options.path, prefix + "-labels-idx1-ubyte", hint);
   // Mean and standard deviation of the training pixels, in [0, 1].
-  return fashion ? std::make_unique<IdxDataset>(images, labels, 0.2860, 0.3530)
-                 : std::make_unique<IdxDataset>(images, labels, 0.1307, 0.3081);
+  return options.dataset == "fashion_mnist" ? open_idx_files(images, labels, 0.2860, 0.3530)
+                                            : open_idx_files(images, labels, 0.1307, 0.3081);
 }
 
 namespace {
@@ -301,7 +305,11 @@ std::unique_ptr<Dataset> open_cifar10(const DataOptions& options, Split split) {
     }
     files.push_back(file.string());
   }
-  return std::make_unique<Cifar10Dataset>(files, split == Split::kTrain && options.augment);
+  return open_cifar10_files(files, split == Split::kTrain && options.augment);
+}
+
+std::unique_ptr<Dataset> open_cifar10_files(const std::vector<std::string>& paths, bool augment) {
+  return std::make_unique<Cifar10Dataset>(paths, augment);
 }
 
 }  // namespace dtrain::data
