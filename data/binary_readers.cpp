@@ -22,13 +22,15 @@ std::vector<uint8_t> read_file(const std::string& path) {
   }
   gzbuffer(file, 1 << 17);
   std::vector<uint8_t> bytes;
-  constexpr size_t kChunk = size_t{1} << 20;
+  // Reads of doubling size, 64 KiB to 16 MiB: small files cost little, large ones few calls.
+  size_t chunk = size_t{1} << 16;
   int got = 0;
   do {
     const size_t old_size = bytes.size();
-    bytes.resize(old_size + kChunk);
-    got = gzread(file, bytes.data() + old_size, static_cast<unsigned>(kChunk));
+    bytes.resize(old_size + chunk);
+    got = gzread(file, bytes.data() + old_size, static_cast<unsigned>(chunk));
     bytes.resize(old_size + static_cast<size_t>(std::max(got, 0)));
+    chunk = std::min(chunk * 2, size_t{1} << 24);
   } while (got > 0);
   int code = Z_OK;
   const std::string message = gzerror(file, &code);
@@ -182,17 +184,19 @@ class IdxDataset : public Dataset {
 
 }  // namespace
 
+std::unique_ptr<Dataset> open_idx_files(const std::string& images_path,
+                                        const std::string& labels_path, double mean, double std) {
+  return std::make_unique<IdxDataset>(images_path, labels_path, mean, std);
+}
+
 std::unique_ptr<Dataset> open_idx(const DataOptions& options, Split split) {
-  const bool fashion = options.dataset == "fashion_mnist";
-  const std::string hint =
-      fashion ? "install Debian package dataset-fashion-mnist, or set data.path"
-              : "download the four MNIST IDX files (gzip or plain) there, or set data.path";
+  const std::string hint = dataset_hint(options.dataset);
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
   const std::string images = find_idx_file(options.path, prefix + "-images-idx3-ubyte", hint);
   const std::string labels = find_idx_file(options.path, prefix + "-labels-idx1-ubyte", hint);
   // Mean and standard deviation of the training pixels, in [0, 1].
-  return fashion ? std::make_unique<IdxDataset>(images, labels, 0.2860, 0.3530)
-                 : std::make_unique<IdxDataset>(images, labels, 0.1307, 0.3081);
+  return options.dataset == "fashion_mnist" ? open_idx_files(images, labels, 0.2860, 0.3530)
+                                            : open_idx_files(images, labels, 0.1307, 0.3081);
 }
 
 namespace {
@@ -296,13 +300,16 @@ std::unique_ptr<Dataset> open_cifar10(const DataOptions& options, Split split) {
   for (const std::string& name : names) {
     const fs::path file = dir / name;
     if (!fs::is_regular_file(file)) {
-      throw UserError(fmt::format("{}: not found; unpack the CIFAR-10 binary version "
-                                  "(cifar-10-binary.tar.gz) and set data.path to its folder",
-                                  file.string()));
+      throw UserError(
+          fmt::format("{}: not found; {}", file.string(), dataset_hint(options.dataset)));
     }
     files.push_back(file.string());
   }
-  return std::make_unique<Cifar10Dataset>(files, split == Split::kTrain && options.augment);
+  return open_cifar10_files(files, split == Split::kTrain && options.augment);
+}
+
+std::unique_ptr<Dataset> open_cifar10_files(const std::vector<std::string>& paths, bool augment) {
+  return std::make_unique<Cifar10Dataset>(paths, augment);
 }
 
 }  // namespace dtrain::data

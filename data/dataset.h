@@ -32,11 +32,24 @@ class Dataset {
   virtual int64_t get(int64_t index, float* out, uint64_t seed) const = 0;
   // The data lives on the device already (synthetic): the loader hands out device batches.
   virtual bool on_device() const { return false; }
+  // Files left out when the dataset was opened (data.skip_bad_images).
+  virtual int64_t num_skipped() const { return 0; }
 };
 
-// Opens the dataset named by options.dataset for `split`; validates files up front and
-// throws UserError naming the file and the problem (missing, truncated, corrupt).
+// Opens the dataset named by options.dataset for `split`. Throws UserError naming the folder
+// or file and the problem: data.path missing or not a folder, a file missing, truncated or
+// corrupt. Files held in memory (IDX, CIFAR-10) are validated here; image-folder files are
+// checked as data/image_list.h describes.
 std::unique_ptr<Dataset> open_dataset(const DataOptions& options, Split split);
+
+// Both splits: `test` is null when the data lives on the device (synthetic has no test split).
+struct Splits {
+  std::shared_ptr<const Dataset> train;
+  std::shared_ptr<const Dataset> test;
+};
+// Opens the training and test splits and checks that they agree in sample shape and classes
+// (one model takes both); throws UserError naming both shapes when they do not.
+Splits open_splits(const DataOptions& options);
 
 std::string dataset_names();
 

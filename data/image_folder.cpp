@@ -1,19 +1,20 @@
 // The image-folder dataset (torchvision ImageFolder layout): root/{train,val}/<class>/<file>,
-// classes indexed by sorted folder name, JPEG/PNG decoded with OpenCV on every get().
+// classes indexed by sorted folder name, JPEG/PNG decoded with OpenCV on every get(). When
+// files are checked, and what data.skip_bad_images does: data/image_list.h.
 #include "common/error.h"
+#include "common/log.h"
+#include "data/image_file.h"
+#include "data/image_list.h"
 #include "data/random.h"
 #include "data/readers.h"
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <filesystem>
 
 #ifdef DTRAIN_OPENCV
 #include <opencv2/core.hpp>
-#include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 #endif
 
@@ -24,69 +25,6 @@ namespace dtrain::data {
 namespace {
 
 namespace fs = std::filesystem;
-
-bool is_image_file(const fs::path& path) {
-  std::string ext = path.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
-}
-
-// Sorted names of the sub-folders of `root`.
-std::vector<std::string> class_names(const fs::path& root) {
-  if (!fs::is_directory(root)) {
-    throw UserError(fmt::format("{}: not found or not a folder; image_folder expects "
-                                "data.path/train and data.path/val, one sub-folder per class",
-                                root.string()));
-  }
-  std::vector<std::string> names;
-  for (const fs::directory_entry& entry : fs::directory_iterator(root)) {
-    if (entry.is_directory()) names.push_back(entry.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  if (names.empty()) {
-    throw UserError(fmt::format("{}: no class sub-folders; put each class's images in a "
-                                "folder of its own",
-                                root.string()));
-  }
-  return names;
-}
-
-// Every image file, as one string of relative names (compact for a million files).
-struct FileList {
-  std::vector<std::string> class_dirs;
-  std::string names;             // relative paths, concatenated
-  std::vector<size_t> offsets;   // [n + 1]: file i is names[offsets[i], offsets[i + 1])
-  std::vector<int32_t> labels;   // [n]
-};
-
-FileList list_files(const fs::path& root, const std::vector<std::string>& classes) {
-  FileList files;
-  files.offsets.push_back(0);
-  for (size_t label = 0; label < classes.size(); ++label) {
-    const fs::path dir = root / classes[label];
-    std::vector<std::string> names;
-    for (const fs::directory_entry& entry : fs::recursive_directory_iterator(
-             dir, fs::directory_options::follow_directory_symlink)) {
-      if (entry.is_regular_file() && is_image_file(entry.path())) {
-        names.push_back(entry.path().lexically_relative(dir).string());
-      }
-    }
-    if (names.empty()) {
-      throw UserError(fmt::format("{}: no .jpg, .jpeg or .png files; add images or remove "
-                                  "the class folder",
-                                  dir.string()));
-    }
-    std::sort(names.begin(), names.end());
-    for (const std::string& name : names) {
-      files.names += name;
-      files.offsets.push_back(files.names.size());
-      files.labels.push_back(static_cast<int32_t>(label));
-    }
-    files.class_dirs.push_back(dir.string());
-  }
-  return files;
-}
 
 // Bilinear when enlarging; area averaging when shrinking, which (like PIL's antialiased
 // resize that torchvision uses) does not alias.
@@ -146,27 +84,28 @@ cv::Mat resize_center_crop(const cv::Mat& image, int size) {
 
 class ImageFolderDataset : public Dataset {
  public:
-  ImageFolderDataset(FileList files, int64_t image_size, bool train)
+  // `skipped`: files left out by data.skip_bad_images (0 when it is off).
+  ImageFolderDataset(FileList files, int64_t image_size, bool train, bool skip_bad_images,
+                     int64_t skipped)
       : files_(std::move(files)), size_(static_cast<int>(image_size)), train_(train),
+        skip_bad_images_(skip_bad_images), skipped_(skipped),
         table_(make_pixel_table({0.485, 0.456, 0.406}, {0.229, 0.224, 0.225})) {}
 
   int64_t size() const override { return static_cast<int64_t>(files_.labels.size()); }
   int64_t num_classes() const override { return static_cast<int64_t>(files_.class_dirs.size()); }
   SampleShape shape() const override { return {3, size_, size_}; }
 
+  int64_t num_skipped() const override { return skipped_; }
+
   int64_t get(int64_t index, float* out, uint64_t seed) const override {
     const auto i = static_cast<size_t>(index);
-    const int32_t label = files_.labels[i];
-    const std::string path =
-        files_.class_dirs[static_cast<size_t>(label)] + "/" +
-        files_.names.substr(files_.offsets[i], files_.offsets[i + 1] - files_.offsets[i]);
+    const std::string path = files_.path(i);
+    std::vector<uint8_t> bytes;
+    cv::Mat image;  // 8-bit BGR
+    std::string problem = read_image_file(path, bytes);
+    if (problem.empty()) problem = decode_image(bytes, image);
+    if (!problem.empty()) throw UserError(load_error(path, problem));
     try {
-      const cv::Mat image = cv::imread(path, cv::IMREAD_COLOR);  // 8-bit BGR
-      if (image.empty()) {
-        throw UserError(fmt::format("{}: cannot decode the image (corrupt, truncated, or not a "
-                                    "JPEG/PNG); replace or remove the file",
-                                    path));
-      }
       Rng rng(seed);
       if (train_) {
         const cv::Mat crop = random_resized_crop(image, size_, rng);
@@ -177,7 +116,7 @@ class ImageFolderDataset : public Dataset {
     } catch (const cv::Exception& e) {
       throw UserError(fmt::format("{}: OpenCV cannot process the image: {}", path, e.err));
     }
-    return label;
+    return files_.labels[i];
   }
 
  private:
@@ -203,9 +142,25 @@ class ImageFolderDataset : public Dataset {
     }
   }
 
+  // A file that fails at load time: what to do depends on whether the files were checked
+  // when the dataset was opened (data/image_list.h).
+  std::string load_error(const std::string& path, const std::string& problem) const {
+    if (skip_bad_images_) {
+      return fmt::format("{}: {}; it passed the check of data.skip_bad_images when the dataset "
+                         "was opened, and leaving it out now would change the sample order: "
+                         "replace or remove the file and restart",
+                         path, problem);
+    }
+    return fmt::format("{}: {}; replace or remove the file, or set data.skip_bad_images = true "
+                       "to leave out damaged files when the dataset is opened",
+                       path, problem);
+  }
+
   FileList files_;
   int size_;
   bool train_;
+  bool skip_bad_images_;
+  int64_t skipped_;
   PixelTable table_;
 };
 
@@ -228,9 +183,23 @@ std::unique_ptr<Dataset> open_image_folder(const DataOptions& options, Split spl
     }
     // Loader workers are the parallelism: OpenCV's own threads would oversubscribe the cores.
     cv::setNumThreads(0);
+    FileList files = list_files(root, classes);
+    int64_t skipped = 0;
+    if (options.skip_bad_images) {
+      const Unreadable dropped = drop_unreadable(files);
+      skipped = dropped.count;
+      if (files.size() == 0) {
+        throw UserError(fmt::format("{}: none of its {} images is readable (first: {})",
+                                    root.string(), dropped.count, dropped.first));
+      }
+      if (dropped.count > 0) {
+        log::info("{}: skipped {} unreadable images (first: {})", root.string(), dropped.count,
+                  dropped.first);
+      }
+    }
     const bool train = split == Split::kTrain && options.augment;
-    return std::make_unique<ImageFolderDataset>(list_files(root, classes), options.image_size,
-                                                train);
+    return std::make_unique<ImageFolderDataset>(std::move(files), options.image_size, train,
+                                                options.skip_bad_images, skipped);
   } catch (const fs::filesystem_error& e) {
     throw UserError(fmt::format("{}: {}", e.path1().string(), e.code().message()));
   }

@@ -21,6 +21,9 @@ void DataOptions::declare(OptionSpecs& keys) {
            "training augmentation (crop + flip for CIFAR-10 and image folders)");
   keys.add("image_size", &image_size, "image_folder: training crop side in pixels")
       .range(8, 4096);
+  keys.add("skip_bad_images", &skip_bad_images,
+           "image_folder: leave out truncated or non-JPEG/PNG files when the dataset is opened "
+           "(logged with their count) instead of stopping at the first one loaded");
   keys.add("synthetic_samples", &synthetic_samples, "synthetic: samples per epoch").at_least(1);
   keys.add("synthetic_classes", &synthetic_classes, "synthetic: classes").at_least(2);
   keys.add("synthetic_channels", &synthetic_channels, "synthetic: image channels").range(1, 64);

@@ -31,6 +31,10 @@ struct DataOptions {
   // image_folder: side of the square training crop; evaluation resizes to 1.14x and
   // center-crops this size.
   int64_t image_size = 224;
+  // image_folder: leave out the files that fail the cheap completeness check (signature and
+  // end marker) when the dataset is opened, and log how many; false: such a file is an error
+  // when it is loaded. Details: data/image_list.h.
+  bool skip_bad_images = false;
   // synthetic: samples per epoch, classes, channels and image side.
   int64_t synthetic_samples = 1281167;
   int64_t synthetic_classes = 1000;

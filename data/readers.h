@@ -14,12 +14,25 @@ namespace dtrain::data {
 
 // IDX files (options.dataset "fashion_mnist" or "mnist").
 std::unique_ptr<Dataset> open_idx(const DataOptions& options, Split split);
+// The IDX pair at these paths, gzip or plain; pixels normalised as (v / 255 - mean) / std.
+// Validates both files completely (the fuzz target's entry point).
+std::unique_ptr<Dataset> open_idx_files(const std::string& images_path,
+                                        const std::string& labels_path, double mean, double std);
 // CIFAR-10 binary batches.
 std::unique_ptr<Dataset> open_cifar10(const DataOptions& options, Split split);
+// The CIFAR-10 batch files at these paths, concatenated in order, gzip or plain.
+std::unique_ptr<Dataset> open_cifar10_files(const std::vector<std::string>& paths, bool augment);
 // One sub-folder per class of JPEG/PNG files; throws UserError in builds without OpenCV.
 std::unique_ptr<Dataset> open_image_folder(const DataOptions& options, Split split);
 // Random normal images, generated on the device by the loader.
 std::unique_ptr<Dataset> open_synthetic(const DataOptions& options);
+
+// What to do to get dataset `name`'s files, for error messages ("install Debian package ...").
+std::string dataset_hint(const std::string& name);
+
+// Why `path` cannot be a dataset folder ("does not exist", "not a folder (it is a file)"),
+// or "" when it is a folder.
+std::string folder_problem(const std::string& path);
 
 // The whole content of `path`, gunzipped when it is a gzip file (zlib reads plain files
 // through unchanged). Throws UserError naming the file when it cannot be opened or the

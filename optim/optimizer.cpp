@@ -53,8 +53,9 @@ std::unique_ptr<torch::optim::Optimizer> build_adaptive(const OptimizerOptions& 
 
 }  // namespace
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& options,
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& unresolved,
                                                         const std::vector<torch::Tensor>& params) {
+  const OptimizerOptions options = unresolved.resolved();
   // Biases and normalisation gains/shifts are the tensors of at most one dimension.
   const bool split = !options.decay_norm_and_bias;
   std::vector<torch::Tensor> decay, no_decay;

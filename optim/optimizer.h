@@ -16,6 +16,7 @@ namespace dtrain::optim {
 // Group 0: tensors that take weight decay; group 1 (when decay_norm_and_bias is false):
 // 1-D tensors (biases, BatchNorm affine), without it. For lars/lamb, group 1 also forms when
 // adapt_norm_and_bias is false, and then takes no trust-ratio adaptation (optimizer.cpp).
+// Keys left at "the optimizer's default" (eps = 0) take it (OptimizerOptions::resolved()).
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& options,
                                                         const std::vector<torch::Tensor>& params);
 

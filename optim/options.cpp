@@ -8,17 +8,24 @@ void OptimizerOptions::declare(OptionSpecs& keys) {
            "ratio) or lamb (Adam with a layer-wise trust ratio)")
       .one_of({"sgd", "adamw", "lars", "lamb"});
   keys.add("lr", &lr, "peak learning rate, reached at the end of warmup").range(0.0, 1e3);
-  keys.add("momentum", &momentum, "sgd and lars: momentum").range(0.0, 1.0);
+  keys.add("momentum", &momentum,
+           "sgd and lars: momentum (sgd: of the gradient; lars: of the trust-ratio-scaled step)")
+      .range(0.0, 1.0);
   keys.add("nesterov", &nesterov, "sgd: Nesterov momentum (needs momentum > 0)");
   keys.add("weight_decay", &weight_decay,
-           "L2 weight decay added to the gradient (sgd, lars), or decoupled: added to the Adam "
-           "step (adamw, lamb)")
+           "sgd: L2, wd x w added to the gradient; adamw: decoupled, w -= lr x wd x w; lars: wd "
+           "x w added to the gradient inside the trust-ratio step (and wd x norm(w) in the "
+           "ratio's denominator); lamb: wd x w added to the Adam direction, then scaled by the "
+           "trust ratio")
       .at_least(0.0);
   keys.add("decay_norm_and_bias", &decay_norm_and_bias,
            "apply weight decay to 1-D tensors (biases, normalisation) too");
   keys.add("beta1", &beta1, "adamw and lamb: first-moment decay").range(0.0, 1.0);
   keys.add("beta2", &beta2, "adamw and lamb: second-moment decay").range(0.0, 1.0);
-  keys.add("eps", &eps, "adamw and lamb: denominator epsilon").range(0.0, 1.0);
+  keys.add("eps", &eps,
+           "adamw and lamb: epsilon added to sqrt(second moment); 0 = the optimizer's default "
+           "(adamw 1e-8, lamb 1e-6)")
+      .range(0.0, 1.0);
   keys.add("adapt_norm_and_bias", &adapt_norm_and_bias,
            "lars/lamb: trust-ratio adaptation for 1-D tensors too");
   keys.add("trust_coefficient", &trust_coefficient,
@@ -46,6 +53,15 @@ FieldErrors OptimizerOptions::validate() const {
     errors.push_back({"nesterov", "needs name = \"sgd\" and momentum > 0"});
   }
   return errors;
+}
+
+OptimizerOptions OptimizerOptions::resolved() const {
+  OptimizerOptions options = *this;
+  if (options.eps == 0.0) {
+    if (name == "adamw") options.eps = kAdamWEps;
+    if (name == "lamb") options.eps = kLambEps;
+  }
+  return options;
 }
 
 void ScheduleOptions::declare(OptionSpecs& keys) {

@@ -17,14 +17,28 @@ struct OptimizerOptions {
   std::string name = "sgd";
   // Peak learning rate, reached at the end of warmup.
   double lr = 0.1;
+  // sgd: b = momentum b + g; lars: the buffer of scaled steps, v = momentum v + lr ratio u.
   double momentum = 0.9;
+  // sgd only.
   bool nesterov = false;
+  // How each optimizer applies it (optimizer.cpp builds them; lars.h, lamb.h hold the math):
+  //   sgd:   L2, g += wd w before the momentum buffer (torch.optim.SGD);
+  //   adamw: decoupled, w -= lr wd w beside the Adam step (Loshchilov & Hutter 2019);
+  //   lars:  u = g + wd w inside the trust-ratio step, and wd ||w|| in the ratio's denominator;
+  //   lamb:  r = Adam direction + wd w, then scaled by the trust ratio ||w|| / ||r||: decoupled
+  //          from the moments, but adapted with the step (You et al. 2020, Algorithm 2).
   double weight_decay = 5e-4;
   // Apply weight decay to biases and normalisation parameters (1-D tensors) too.
   bool decay_norm_and_bias = true;
+  // adamw and lamb: moment decays, and the epsilon added to sqrt(v hat).
   double beta1 = 0.9;
   double beta2 = 0.999;
-  double eps = 1e-8;
+  // 0: the chosen optimizer's own default, kAdamWEps or kLambEps (resolved() fills it in, so
+  // the saved config shows the value used). Each is its reference's default: torch.optim.AdamW
+  // 1e-8; LAMB 1e-6 (You et al. 2020, and NVIDIA apex's FusedLAMB).
+  double eps = 0.0;
+  static constexpr double kAdamWEps = 1e-8;
+  static constexpr double kLambEps = 1e-6;
   // lars/lamb: trust-ratio adaptation for 1-D tensors (biases, normalisation) too; when
   // false they form group 1 and take plain momentum SGD / Adam steps.
   bool adapt_norm_and_bias = false;
@@ -39,6 +53,9 @@ struct OptimizerOptions {
 
   void declare(OptionSpecs& keys);
   FieldErrors validate() const;
+  // These options with every "the optimizer's default" (eps = 0) replaced by the chosen
+  // optimizer's value; an optimizer that does not use the key keeps 0.
+  OptimizerOptions resolved() const;
 };
 
 struct ScheduleOptions {

@@ -234,6 +234,9 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   validate_sections(config, root, unread, problems, warned);
   warnings = warned.take();
   if (!problems.empty()) throw ConfigError(problems.take());
+  // Defaults that depend on another key take their value now, so that the saved config.toml
+  // and the ranks' agreement check see what the run uses.
+  config.optim = config.optim.resolved();
   return config;
 }
 

@@ -138,10 +138,9 @@ RunSetup build_run(const Config& config) {
   if (setup.device.is_cuda()) at::globalContext().setBenchmarkCuDNN(true);
   setup.run_dir = (std::filesystem::path(config.run.out_dir) / config.run.name).string();
 
-  std::shared_ptr<const data::Dataset> train_set =
-      data::open_dataset(config.data, data::Split::kTrain);
-  std::shared_ptr<const data::Dataset> test_set;
-  if (!train_set->on_device()) test_set = data::open_dataset(config.data, data::Split::kTest);
+  const data::Splits splits = data::open_splits(config.data);
+  const std::shared_ptr<const data::Dataset>& train_set = splits.train;
+  const std::shared_ptr<const data::Dataset>& test_set = splits.test;
 
   torch::manual_seed(static_cast<uint64_t>(config.run.seed));
   const data::SampleShape shape = train_set->shape();

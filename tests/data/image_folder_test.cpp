@@ -1,5 +1,6 @@
 // The image-folder dataset on tiny PNGs written by the test (its own encoder, via zlib).
 #include "common/error.h"
+#include "common/log.h"
 #include "data/dataset.h"
 #include "fixtures.h"
 
@@ -126,27 +127,107 @@ TEST_CASE("image folder: classes, files, BGR to RGB, train and eval transforms")
   }
 }
 
-TEST_CASE("image folder: a file that does not decode is named when it is loaded") {
-  test::TempDir dir;
-  write_png(dir.path() / "train" / "a" / "ok.png", 8, 8, test::solid_rgb(8, 8, 1, 2, 3));
-  const fs::path bad = dir.path() / "train" / "a" / "bad.jpg";
-  test::write_bytes(bad, {0xff, 0xd8, 0xff, 0xe0, 'n', 'o', 't', ' ', 'a', ' ', 'j', 'p', 'g'});
-  const auto dataset = open_dataset(folder_options(dir, 8), Split::kTrain);
-  REQUIRE(dataset->size() == 2);
-  std::vector<float> out(3 * 8 * 8);
+std::vector<uint8_t> gradient_jpeg() {
+  return test::read_bytes(fs::path(DTRAIN_SOURCE_DIR) / "tests/data/files/gradient32.jpg");
+}
+
+// The UserError of loading sample `index`, or "" when it loaded.
+std::string load_error(const dtrain::data::Dataset& dataset, int64_t index) {
+  std::vector<float> out(static_cast<size_t>(dataset.shape().numel()));
   try {
-    dataset->get(0, out.data(), 0);
-    FAIL("a corrupt JPEG decoded");
+    dataset.get(index, out.data(), 0);
   } catch (const UserError& e) {
-    CHECK(contains(e.what(), bad.string() + ": cannot decode"));
+    return e.what();
   }
+  return "";
+}
+
+TEST_CASE("image folder: a damaged file is an error naming it when it is loaded") {
+  test::TempDir dir;
+  const fs::path a = dir.path() / "train" / "a";
+  const std::vector<uint8_t> jpeg = gradient_jpeg();
+  test::write_bytes(a / "0_ok.jpg", jpeg);
+  std::vector<uint8_t> cut = jpeg;
+  cut.resize(jpeg.size() - 40);  // OpenCV alone decodes this into a partly grey image
+  test::write_bytes(a / "1_cut.jpg", cut);
+  std::vector<uint8_t> png = test::png_rgb(8, 8, test::solid_rgb(8, 8, 1, 2, 3));
+  png.resize(png.size() - 30);
+  test::write_bytes(a / "2_cut.png", png);
+  test::write_bytes(a / "3_page.jpg", {'<', 'h', 't', 'm', 'l', '>'});
+  test::write_bytes(a / "4_empty.jpeg", {0xff, 0xd8, 0xff, 0xd9});  // no image inside
+  const auto dataset = open_dataset(folder_options(dir, 8), Split::kTrain);
+  REQUIRE(dataset->size() == 5);
+  CHECK(load_error(*dataset, 0).empty());
+  const std::string hint = "; replace or remove the file, or set data.skip_bad_images = true";
+  CHECK(load_error(*dataset, 1) ==
+        (a / "1_cut.jpg").string() +
+            ": truncated: no JPEG end-of-image marker (FF D9) in its last 365 bytes" + hint +
+            " to leave out damaged files when the dataset is opened");
+  CHECK(contains(load_error(*dataset, 2), (a / "2_cut.png").string() + ": truncated: no PNG"));
+  CHECK(contains(load_error(*dataset, 3), (a / "3_page.jpg").string() + ": not a JPEG or PNG"));
+  CHECK(contains(load_error(*dataset, 4),
+                 (a / "4_empty.jpeg").string() + ": corrupt: the JPEG/PNG decoder rejects it"));
+  for (int64_t i = 1; i < 5; ++i) CHECK(contains(load_error(*dataset, i), hint));
+}
+
+TEST_CASE("image folder: skip_bad_images leaves damaged files out when it opens") {
+  test::TempDir dir;
+  const fs::path train = dir.path() / "train";
+  const std::vector<uint8_t> jpeg = gradient_jpeg();
+  std::vector<uint8_t> cut = jpeg;
+  cut.resize(300);
+  write_png(train / "a" / "1.png", 8, 8, test::solid_rgb(8, 8, 255, 0, 0));
+  test::write_bytes(train / "a" / "2.jpg", cut);
+  test::write_bytes(train / "a" / "3.jpg", jpeg);
+  test::write_bytes(train / "b" / "1.png", {});
+  write_png(train / "b" / "2.png", 8, 8, test::solid_rgb(8, 8, 0, 0, 255));
+  DataOptions options = folder_options(dir, 8);
+  options.augment = false;
+  options.skip_bad_images = true;
+  const fs::path log_path = fs::temp_directory_path() / "dtrain_data_test_skip.log";
+  fs::remove(log_path);
+  dtrain::log::open_file(log_path.string());  // the log is global: the rest of the run keeps it
+
+  const auto dataset = open_dataset(options, Split::kTrain);
+  CHECK(dataset->num_skipped() == 2);
+  REQUIRE(dataset->size() == 3);  // a/1.png, a/3.jpg, b/2.png, in that order
+  std::vector<float> out(3 * 8 * 8);
+  CHECK(dataset->get(0, out.data(), 0) == 0);
+  CHECK(is_solid(out, 8, {255, 0, 0}));
   CHECK(dataset->get(1, out.data(), 0) == 0);
+  CHECK(dataset->get(2, out.data(), 0) == 1);
+  CHECK(is_solid(out, 8, {0, 0, 255}));
+  const std::string log = test::read_text(log_path);
+  CHECK(contains(log, train.string() + ": skipped 2 unreadable images (first: " +
+                          (train / "a" / "2.jpg").string() + ": truncated: no JPEG"));
+
+  // A file that passes the open-time check but does not decode cannot be left out any more.
+  test::write_bytes(train / "a" / "4.jpg", {0xff, 0xd8, 0xff, 0xd9});
+  const auto later = open_dataset(options, Split::kTrain);
+  REQUIRE(later->size() == 4);
+  const std::string error = load_error(*later, 2);
+  CHECK(contains(error, (train / "a" / "4.jpg").string() + ": corrupt"));
+  CHECK(contains(error, "it passed the check of data.skip_bad_images when the dataset was "
+                        "opened, and leaving it out now would change the sample order"));
+
+  // Nothing readable at all is an error, not an empty dataset.
+  test::TempDir bad;
+  test::write_bytes(bad.path() / "train" / "a" / "x.png", {'x'});
+  options.path = bad.str();
+  CHECK(contains(open_error(options), "none of its 1 images is readable (first: "));
+  options.skip_bad_images = false;
+  CHECK(open_error(options).empty());
+  fs::remove(log_path);
 }
 
 TEST_CASE("image folder: missing folders, no classes, empty classes, mismatched val") {
   test::TempDir dir;
   const DataOptions options = folder_options(dir, 8);
-  CHECK(contains(open_error(options), (dir.path() / "train").string() + ": not found"));
+  CHECK(contains(open_error(options), (dir.path() / "train").string() + ": does not exist"));
+  test::write_bytes(dir.path() / "train", {'x'});
+  CHECK(contains(open_error(options),
+                 (dir.path() / "train").string() + ": not a folder (it is a file)"));
+  fs::remove(dir.path() / "train");
 
   fs::create_directories(dir.path() / "train");
   CHECK(contains(open_error(options), "train: no class sub-folders"));

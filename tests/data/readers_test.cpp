@@ -280,3 +280,47 @@ TEST_CASE("synthetic dataset: shape, determinism, on_device; unknown names are r
   const std::string error = open_error(options_for("imagenet", "/tmp"));
   CHECK(contains(error, "\"imagenet\" is not one of: fashion_mnist, mnist, cifar10"));
 }
+
+TEST_CASE("data.path that is missing or a file is said to be so for every dataset kind") {
+  test::TempDir dir;
+  const fs::path file = dir.path() / "train-images-idx3-ubyte";
+  test::write_bytes(file, test::idx_images(1, 2, 2));
+  const fs::path missing = dir.path() / "nowhere";
+  for (const std::string dataset : {"fashion_mnist", "mnist", "cifar10", "image_folder"}) {
+    INFO(dataset);
+    for (const Split split : {Split::kTrain, Split::kTest}) {
+      CHECK(contains(open_error(options_for(dataset, file.string()), split),
+                     "data.path \"" + file.string() + "\": not a folder (it is a file); "));
+      CHECK(contains(open_error(options_for(dataset, missing.string()), split),
+                     "data.path \"" + missing.string() + "\": does not exist; "));
+    }
+  }
+  CHECK(contains(open_error(options_for("cifar10", "")), "data.path \"\": does not exist; unpack"));
+}
+
+TEST_CASE("splits that disagree in image size are an error naming both shapes") {
+  test::TempDir dir;
+  write_mnist(dir.path(), false);  // 4x3 images in both splits
+  const DataOptions options = options_for("mnist", dir.str());
+  const dtrain::data::Splits splits = dtrain::data::open_splits(options);
+  REQUIRE(splits.test != nullptr);
+  CHECK(splits.train->size() == 5);
+  CHECK(splits.test->size() == 2);
+
+  test::write_bytes(dir.path() / "t10k-images-idx3-ubyte", test::idx_images(2, 5, 3));
+  try {
+    dtrain::data::open_splits(options);
+    FAIL("splits of 4x3 and 5x3 images opened");
+  } catch (const UserError& e) {
+    CHECK(std::string(e.what()) ==
+          "data.path \"" + dir.str() +
+              "\" (mnist): the test split's images are 1x5x3 but the training split's are "
+              "1x4x3 (channels x height x width); one model takes both, so both splits must "
+              "come from the same release of the dataset");
+  }
+
+  DataOptions synthetic = options_for("synthetic", "");
+  synthetic.synthetic_samples = 4;
+  synthetic.synthetic_image_size = 8;
+  CHECK(dtrain::data::open_splits(synthetic).test == nullptr);
+}

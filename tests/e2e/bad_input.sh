@@ -25,8 +25,10 @@ expect_failure "unknown key" "typo.toml:2: optim.lrr: unknown key (did you mean 
   --config "$tmp/typo.toml"
 expect_failure "bad override" "--set data.batch_size: expected an integer, got a string" -- \
   --set data.batch_size=many
-expect_failure "missing dataset" "/nonexistent/fmnist" -- \
+expect_failure "missing dataset" 'data.path "/nonexistent/fmnist": does not exist' -- \
   --set data.path=/nonexistent/fmnist --set train.max_steps=1
+expect_failure "dataset path that is a file" 'data.path "/etc/hostname": not a folder' -- \
+  --set data.path=/etc/hostname --set train.max_steps=1
 
 mkdir -p "$tmp/truncated"
 for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do

@@ -43,7 +43,7 @@ elapsed=$(($(date +%s) - start))
 cat "$tmp/out"
 [ "$code" -ne 124 ] || fail "still running after 60 s: the other rank waited for the failed one"
 [ "$code" -eq 2 ] || fail "exit code $code, expected 2 (bad input)"
-grep -qE "^error: rank [01]: $bad: cannot decode the image" "$tmp/out" \
+grep -qE "^error: rank [01]: $bad: not a JPEG or PNG" "$tmp/out" \
   || fail "no line naming the rank and $bad"
 if grep -qE "missing rank|never joined|did not complete" "$tmp/out"; then
   fail "a rank was blamed for not joining"

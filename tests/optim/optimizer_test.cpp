@@ -1,5 +1,6 @@
 // Optimizers against float64 references derived here from the update rules, parameter groups,
 // set_lr and the size of their state.
+#include "optim/lamb.h"
 #include "optim/optimizer.h"
 #include "optim/state_bytes.h"
 
@@ -119,6 +120,32 @@ TEST_CASE("AdamW matches the decoupled-decay recurrence in float64", "[optim][ad
   // The first step moves every weight by about lr (m^/sqrt(v^) = sign g) plus the decay.
   const Vec one = run_torch(options, 1);
   CHECK(one[0] == Approx(1.0 - 0.05 * (1.0 / (1.0 + 1e-3) + 0.1)).epsilon(1e-12));
+}
+
+TEST_CASE("eps = 0 takes the chosen optimizer's own default", "[optim][defaults]") {
+  OptimizerOptions options;
+  REQUIRE(options.eps == 0.0);
+  options.name = "adamw";
+  CHECK(options.resolved().eps == 1e-8);  // torch.optim.AdamW
+  options.name = "lamb";
+  CHECK(options.resolved().eps == 1e-6);  // You et al. 2020; apex FusedLAMB
+  for (const auto& name : {"sgd", "lars"}) {
+    options.name = name;
+    CHECK(options.resolved().eps == 0.0);  // they have no epsilon
+  }
+  options.name = "lamb";
+  options.eps = 1e-7;
+  CHECK(options.resolved().eps == 1e-7);  // set by the user: kept
+
+  // make_optimizer resolves it too, for callers that never went through the config.
+  options.eps = 0.0;
+  auto lamb = make_optimizer(options, {start_tensor()});
+  CHECK(static_cast<const dtrain::optim::LambOptions&>(lamb->param_groups()[0].options()).eps() ==
+        1e-6);
+  options.name = "adamw";
+  auto adamw = make_optimizer(options, {start_tensor()});
+  CHECK(static_cast<const torch::optim::AdamWOptions&>(adamw->param_groups()[0].options()).eps() ==
+        1e-8);
 }
 
 TEST_CASE("weight decay groups split off 1-D tensors", "[optim][groups]") {

@@ -230,6 +230,17 @@ TEST_CASE("the resolved config reloads to the same values", "[config]") {
   CHECK(reloaded.schedule.milestones == std::vector<int64_t>{5, 9});
 }
 
+TEST_CASE("optim.eps takes the chosen optimizer's default, and the saved config shows it",
+          "[config]") {
+  const Config lamb = load_config("", {"optim.name=lamb"});
+  CHECK(lamb.optim.eps == 1e-6);
+  const std::string path = write_config("lamb_resolved.toml", dtrain::trainer::to_toml(lamb));
+  CHECK(load_config(path, {"optim.name=adamw"}).optim.eps == 1e-6);  // now set explicitly
+  CHECK(load_config("", {"optim.name=adamw"}).optim.eps == 1e-8);
+  CHECK(load_config("", {"optim.name=lamb", "optim.eps=1e-7"}).optim.eps == 1e-7);
+  CHECK(load_config("", {}).optim.eps == 0.0);  // sgd has no epsilon
+}
+
 TEST_CASE("docs/CONFIG.md documents every key", "[config]") {
   std::ifstream doc(std::string(DTRAIN_SOURCE_DIR) + "/docs/CONFIG.md");
   REQUIRE(doc);

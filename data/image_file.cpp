@@ -1,0 +1,162 @@
+#include "data/image_file.h"
+
+#include <fmt/format.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+#ifdef DTRAIN_OPENCV
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+#endif
+
+namespace dtrain::data {
+
+namespace {
+
+constexpr std::array<uint8_t, 3> kJpegStart = {0xff, 0xd8, 0xff};
+constexpr std::array<uint8_t, 8> kPngStart = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+// The IEND chunk: length 0, type "IEND", the CRC-32 of "IEND".
+constexpr std::array<uint8_t, 12> kPngEnd = {0,   0,   0,   0,    'I',  'E',
+                                             'N', 'D', 0xae, 0x42, 0x60, 0x82};
+
+template <size_t N>
+bool starts_with(const std::vector<uint8_t>& bytes, const std::array<uint8_t, N>& prefix) {
+  return bytes.size() >= N && std::equal(prefix.begin(), prefix.end(), bytes.begin());
+}
+
+std::string jpeg_tail_problem(const std::vector<uint8_t>& tail) {
+  // The last FF D9, searching backwards; what follows it is padding or a trailer.
+  for (size_t i = tail.size(); i >= 2; --i) {
+    if (tail[i - 2] != 0xff || tail[i - 1] != 0xd9) continue;
+    for (size_t j = i; j + 1 < tail.size(); ++j) {
+      if (tail[j] == 0xff && tail[j + 1] == 0xda) {
+        return "truncated: image data (a JPEG start-of-scan marker) follows the last "
+               "end-of-image marker, which belongs to an embedded thumbnail";
+      }
+    }
+    return "";
+  }
+  return fmt::format("truncated: no JPEG end-of-image marker (FF D9) in its last {} bytes",
+                     tail.size());
+}
+
+std::string png_tail_problem(const std::vector<uint8_t>& tail) {
+  const auto end = std::search(tail.begin(), tail.end(), kPngEnd.begin(), kPngEnd.end());
+  if (end != tail.end()) return "";
+  return fmt::format("truncated: no PNG IEND chunk in its last {} bytes", tail.size());
+}
+
+std::string errno_text(const char* what) {
+  return fmt::format("{}: {}", what, std::strerror(errno));
+}
+
+}  // namespace
+
+std::string image_ends_problem(const std::vector<uint8_t>& head, const std::vector<uint8_t>& tail) {
+  if (head.empty()) return "empty file";
+  if (starts_with(head, kJpegStart)) return jpeg_tail_problem(tail);
+  if (starts_with(head, kPngStart)) return png_tail_problem(tail);
+  std::string start;
+  for (size_t i = 0; i < std::min<size_t>(head.size(), 4); ++i) {
+    start += fmt::format("{}{:02x}", i > 0 ? " " : "", head[i]);
+  }
+  return fmt::format("not a JPEG or PNG: it starts with {} (a JPEG starts with ff d8 ff, a PNG "
+                     "with 89 50 4e 47)",
+                     start);
+}
+
+std::string image_bytes_problem(const std::vector<uint8_t>& bytes) {
+  const size_t tail_size = std::min(bytes.size(), kImageTailBytes);
+  const std::vector<uint8_t> head(bytes.begin(),
+                                  bytes.begin() + static_cast<ptrdiff_t>(std::min<size_t>(
+                                                      bytes.size(), kPngStart.size())));
+  const std::vector<uint8_t> tail(bytes.end() - static_cast<ptrdiff_t>(tail_size), bytes.end());
+  return image_ends_problem(head, tail);
+}
+
+std::string image_file_problem(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno_text("cannot open");
+  std::string problem;
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    problem = errno_text("cannot stat");
+  } else {
+    const auto size = static_cast<size_t>(info.st_size);
+    std::vector<uint8_t> head(std::min(size, kPngStart.size()));
+    std::vector<uint8_t> tail(std::min(size, kImageTailBytes));
+    const ssize_t got_head = ::pread(fd, head.data(), head.size(), 0);
+    const ssize_t got_tail =
+        ::pread(fd, tail.data(), tail.size(), static_cast<off_t>(size - tail.size()));
+    if (got_head < 0 || got_tail < 0) {
+      problem = errno_text("cannot read");
+    } else if (static_cast<size_t>(got_head) != head.size() ||
+               static_cast<size_t>(got_tail) != tail.size()) {
+      problem = "cannot read: the file shrank while being read";
+    } else {
+      problem = image_ends_problem(head, tail);
+    }
+  }
+  ::close(fd);
+  return problem;
+}
+
+std::string read_image_file(const std::string& path, std::vector<uint8_t>& bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno_text("cannot open");
+  std::string problem;
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    problem = errno_text("cannot stat");
+  } else {
+    bytes.resize(static_cast<size_t>(info.st_size));
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t got = ::pread(fd, bytes.data() + done, bytes.size() - done,
+                                  static_cast<off_t>(done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) {
+        problem = errno_text("cannot read");
+        break;
+      }
+      if (got == 0) {
+        problem = "cannot read: the file shrank while being read";
+        break;
+      }
+      done += static_cast<size_t>(got);
+    }
+  }
+  ::close(fd);
+  return problem;
+}
+
+#ifdef DTRAIN_OPENCV
+
+std::string decode_image(const std::vector<uint8_t>& bytes, cv::Mat& bgr) {
+  std::string problem = image_bytes_problem(bytes);
+  if (!problem.empty()) return problem;
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    return "too large: OpenCV decodes images of less than 2 GiB";
+  }
+  try {
+    // IMREAD_COLOR: 8-bit BGR whatever the file holds (grey, alpha and 16-bit converted).
+    bgr = cv::imdecode(cv::_InputArray(bytes.data(), static_cast<int>(bytes.size())),
+                       cv::IMREAD_COLOR);
+  } catch (const cv::Exception& e) {
+    return fmt::format("corrupt: OpenCV cannot decode it: {}", e.err);
+  }
+  if (bgr.empty()) return "corrupt: the JPEG/PNG decoder rejects it";
+  return "";
+}
+
+#endif
+
+}  // namespace dtrain::data
