@@ -16,7 +16,7 @@ accuracy=$(grep '"kind":"final"' "$run/metrics.jsonl" | sed 's/.*"accuracy\/test
 echo "test accuracy after one epoch: $accuracy (floor $floor)"
 awk -v accuracy="$accuracy" -v floor="$floor" 'BEGIN { exit !(accuracy >= floor) }'
 grep -q '"comm/exposed_ms"' "$run/metrics.jsonl"
-grep -q "2 rank(s) | device cpu | 1 torch threads | strategy ddp" "$tmp/out"
+grep -q "2 rank(s) on 1 node(s) | device cpu | 1 torch threads | strategy ddp" "$tmp/out"
 test -f "$run/config.toml"
 test -f "$run/train.rank1.log"
 test -f "$run/checkpoints/step_00000468/DONE"
