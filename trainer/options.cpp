@@ -17,6 +17,9 @@ void RunOptions::declare(OptionSpecs& keys) {
   keys.add("profile_steps", &profile_steps,
            "steps traced by the Kineto profiler (CUDA LibTorch) into trace.rankN.json; 0 = off")
       .range(0, 1000);
+  keys.add("trace", &trace,
+           "write a Chrome-trace timeline of every step on every rank (data wait, forward, "
+           "backward, optimizer, each collective) to timeline.json; slows GPU runs");
 }
 
 FieldErrors RunOptions::validate() const {

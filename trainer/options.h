@@ -30,6 +30,9 @@ struct RunOptions {
   // (CUDA kernels and runtime calls), saved as Chrome traces run_dir/trace.rankN.json; 0: off.
   int64_t profile_start = 10;
   int64_t profile_steps = 0;
+  // A Chrome-trace timeline of every step on every rank (trainer/timeline.h): run_dir/
+  // timeline.json. Waits for the device every step on GPUs.
+  bool trace = false;
 
   void declare(OptionSpecs& keys);
   FieldErrors validate() const;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
 
 namespace dtrain::trainer {
@@ -63,14 +64,14 @@ void Timeline::write() const {
   if (!out) throw UserError(fmt::format("{}: cannot write", rank_file(dir_, rank_)));
 }
 
-void Timeline::merge(const std::string& dir, int ranks) {
+void Timeline::merge(const std::string& dir) {
   nlohmann::json all = nlohmann::json::array();
-  for (int rank = 0; rank < ranks; ++rank) {
-    std::ifstream in(rank_file(dir, rank));
-    if (!in) {
-      throw UserError(fmt::format("{}: missing; cannot merge the timeline", rank_file(dir, rank)));
-    }
-    for (auto& event : nlohmann::json::parse(in)["traceEvents"]) all.push_back(std::move(event));
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("timeline.rank", 0) != 0) continue;
+    std::ifstream in(entry.path());
+    nlohmann::json rank = nlohmann::json::parse(in);
+    for (auto& event : rank["traceEvents"]) all.push_back(std::move(event));
   }
   std::ofstream out(dir + "/timeline.json");
   out << nlohmann::json{{"traceEvents", all}, {"displayTimeUnit", "ms"}}.dump();

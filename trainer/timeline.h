@@ -39,8 +39,9 @@ class Timeline {
   void add_step_spans(const std::vector<dist::Span>& spans);
   // Writes this rank's events to timeline.rankN.json.
   void write() const;
-  // Rank 0, once every rank has written: timeline.json with all ranks' events.
-  static void merge(const std::string& dir, int ranks);
+  // Once every rank has written: timeline.json with the events of every timeline.rankN.json
+  // in `dir`.
+  static void merge(const std::string& dir);
 
   bool enabled() const { return enabled_; }
 

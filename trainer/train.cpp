@@ -9,6 +9,7 @@
 #include "trainer/precision.h"
 #include "trainer/profiler.h"
 #include "trainer/progress.h"
+#include "trainer/timeline.h"
 #include "trainer/setup.h"
 
 #include <fmt/format.h>
@@ -45,6 +46,7 @@ class Trainer {
         progress_(s_.world.rank == 0),
         profiler_(config.run.profile_start, config.run.profile_steps,
                   fmt::format("{}/trace.rank{}.json", s_.run_dir, s_.world.rank)),
+        timeline_(config.run.trace, s_.run_dir, s_.world.rank),
         loss_sum_(torch::zeros({}, torch::dtype(torch::kFloat32).device(s_.device))) {
     if (config.train.precision == "fp16") scaler_.emplace(s_.device);
   }
@@ -68,6 +70,7 @@ class Trainer {
         profiler_.before_step(step_);
         train_step();
         profiler_.after_step(step_);
+        if (timeline_.enabled()) timeline_.add_step_spans(s_.strategy->last_step_spans());
         ++step_;
         if (step_ % config_.run.log_every == 0 || step_ == epoch_end) report_step(epoch);
         if (config_.train.checkpoint_every > 0 && step_ % config_.train.checkpoint_every == 0) {
@@ -84,6 +87,7 @@ class Trainer {
                    {{"accuracy/test", eval.accuracy},
                     {"loss/test", eval.loss},
                     {"time/train_s", seconds}});
+    write_timeline();
     return {step_, eval.accuracy, eval.loss, seconds};
   }
 
@@ -95,9 +99,13 @@ class Trainer {
     s_.strategy->before_forward(step_);
     for (int64_t micro = 0; micro < accum; ++micro) {
       data::Batch batch;
-      DTRAIN_CHECK(s_.train_loader->next(batch), "loader ran out at step {}", step_);
+      {
+        Timeline::Phase phase(timeline_, "data wait");
+        DTRAIN_CHECK(s_.train_loader->next(batch), "loader ran out at step {}", step_);
+      }
       torch::Tensor loss;
       {
+        Timeline::Phase phase(timeline_, "forward");
         AutocastScope autocast(config_.train.precision);
         loss = torch::nn::functional::cross_entropy(
             s_.model->forward(batch.images), batch.labels,
@@ -105,9 +113,12 @@ class Trainer {
                 config_.train.label_smoothing));
       }
       loss = loss / static_cast<double>(accum);
-      s_.strategy->before_backward(micro + 1 == accum);
-      (scaler_ ? scaler_->scale(loss) : loss).backward();
-      s_.strategy->after_backward(micro + 1 == accum);
+      {
+        Timeline::Phase phase(timeline_, "backward");
+        s_.strategy->before_backward(micro + 1 == accum);
+        (scaler_ ? scaler_->scale(loss) : loss).backward();
+        s_.strategy->after_backward(micro + 1 == accum);
+      }
       loss_sum_ += loss.detach();
     }
     if (scaler_) {
@@ -121,6 +132,7 @@ class Trainer {
         return;
       }
     }
+    Timeline::Phase phase(timeline_, "optimizer step");
     s_.strategy->step(s_.schedule->lr_at(step_));
   }
 
@@ -161,6 +173,7 @@ class Trainer {
 
   EvalResult evaluate(int64_t epoch) {
     if (!s_.test_loader) return {};
+    Timeline::Phase phase(timeline_, "evaluation");
     torch::NoGradGuard no_grad;
     s_.strategy->before_eval();
     s_.model->eval();
@@ -197,8 +210,18 @@ class Trainer {
     return result;
   }
 
+  // Every rank writes its own, then (all written: the reduction is collective) rank 0 merges.
+  void write_timeline() {
+    if (!timeline_.enabled()) return;
+    timeline_.write();
+    torch::Tensor written = torch::ones({1}, torch::TensorOptions().device(s_.device));
+    s_.strategy->reduce_metrics(written, dist::ReduceOp::kSum);
+    if (s_.world.rank == 0) Timeline::merge(s_.run_dir);
+  }
+
   void checkpoint() {
     if (config_.train.keep_checkpoints == 0) return;
+    Timeline::Phase phase(timeline_, "checkpoint");
     // Rank 0 writes the model and the strategy's state, which a sharding strategy first
     // gathers from every rank.
     s_.strategy->prepare_checkpoint();
@@ -215,6 +238,7 @@ class Trainer {
   MetricsWriter metrics_;
   Progress progress_;
   StepProfiler profiler_;
+  Timeline timeline_;
   std::optional<LossScaler> scaler_;
   torch::Tensor loss_sum_;  // [] float32 on the device: summed micro-step losses since last log
   int64_t step_ = 0;
