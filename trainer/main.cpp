@@ -6,6 +6,7 @@
 #include "dist/comm/mpi_communicator.h"
 #include "trainer/config.h"
 #include "trainer/train.h"
+#include "trainer/version.h"
 
 #include <CLI/CLI.hpp>
 
@@ -21,6 +22,7 @@ int run(int argc, char** argv) {
   std::vector<std::string> overrides;
   bool print_config = false;
   bool print_markdown = false;
+  bool print_version = false;
   dtrain::trainer::RunFlags flags;
   std::string resume;
   app.add_option("--config", config_path, "TOML config file")->check(CLI::ExistingFile);
@@ -33,6 +35,8 @@ int run(int argc, char** argv) {
                                        "resume from a checkpoint directory (no value: the "
                                        "newest complete checkpoint of this run, if any)")
                             ->expected(0, 1);
+  app.add_flag("--version", print_version,
+               "print the versions of dtrain, LibTorch, CUDA, NCCL and MPI, then exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -41,6 +45,16 @@ int run(int argc, char** argv) {
   if (print_config || print_markdown) {
     std::cout << dtrain::trainer::describe_keys(print_markdown);
     return 0;
+  }
+  if (print_version) {
+    std::cout << dtrain::trainer::version_report();
+    return 0;
+  }
+  if (config_path.empty()) {
+    std::fprintf(stderr, "error: --config is required to train, e.g. trainer --config "
+                         "configs/fashion_mnist.toml (--print-config lists every key)\n%s",
+                 app.help().c_str());
+    return 2;
   }
   if (resume_option->count() > 0) flags.resume = resume;
 

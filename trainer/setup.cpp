@@ -7,6 +7,7 @@
 #include "dist/factory.h"
 #include "dist/sync_batchnorm.h"
 #include "trainer/config.h"
+#include "trainer/version.h"
 #include "models/batch_norm.h"
 #include "models/registry.h"
 #include "optim/optimizer.h"
@@ -198,14 +199,13 @@ std::string describe_run(const Config& config, const RunSetup& setup) {
   const char* opencv = "no";
 #endif
   return fmt::format(
-      "dtrain | LibTorch {} | CUDA build {} | OpenCV {}\n"
+      "dtrain {} | LibTorch {} | CUDA build {} | OpenCV {}\n"
       "run {} -> {}\n"
       "{} rank(s) | device {} | {} torch threads | strategy {}\n"
       "model {} ({} parameters) | data {} | precision {}{}\n"
       "global batch {} ({} rank(s) x {} x {} micro-steps) | {} steps/epoch | {} steps",
-      TORCH_VERSION, cuda, opencv, config.run.name, setup.run_dir, setup.world.size,
-      setup.device.str(),
-      torch::get_num_threads(), setup.strategy->name(), config.model.name, num_params,
+      dtrain_version(), TORCH_VERSION, cuda, opencv, config.run.name, setup.run_dir,
+      setup.world.size, setup.device.str(), torch::get_num_threads(), setup.strategy->name(), config.model.name, num_params,
       config.data.dataset, config.train.precision,
       config.train.channels_last ? " | channels_last" : "", setup.images_per_step,
       setup.strategy->data_group().size, config.data.batch_size, config.train.grad_accum,
