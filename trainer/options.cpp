@@ -47,7 +47,7 @@ void TrainOptions::declare(OptionSpecs& keys) {
            "checkpoint every this many steps (0: at the end of every epoch)")
       .at_least(0);
   keys.add("keep_checkpoints", &keep_checkpoints,
-           "complete checkpoints kept on disk (0: no checkpoints)")
+           "complete checkpoints kept on disk, the last step's always among them (0: none)")
       .at_least(0);
 }
 

@@ -7,6 +7,7 @@
 #include "dist/factory.h"
 #include "dist/sync_batchnorm.h"
 #include "trainer/config.h"
+#include "trainer/run_dir.h"
 #include "trainer/version.h"
 #include "models/batch_norm.h"
 #include "models/registry.h"
@@ -131,7 +132,7 @@ RunSetup build_run(const Config& config) {
   // Let cuDNN pick the fastest convolution algorithms for our fixed shapes, as PyTorch
   // training scripts do with torch.backends.cudnn.benchmark = True.
   if (setup.device.is_cuda()) at::globalContext().setBenchmarkCuDNN(true);
-  setup.run_dir = (std::filesystem::path(config.run.out_dir) / config.run.name).string();
+  setup.run_dir = run_dir_of(config);
 
   std::shared_ptr<const data::Dataset> train_set =
       data::open_dataset(config.data, data::Split::kTrain);

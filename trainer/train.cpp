@@ -8,6 +8,8 @@
 #include "trainer/precision.h"
 #include "trainer/profiler.h"
 #include "trainer/progress.h"
+#include "trainer/resume.h"
+#include "trainer/run_dir.h"
 #include "trainer/setup.h"
 
 #include <fmt/format.h>
@@ -33,6 +35,8 @@ struct EvalResult {
   double accuracy = std::numeric_limits<double>::quiet_NaN();
 };
 
+const char* kDivergedHint = "lower optim.lr, add warmup (schedule.warmup_epochs) or use fp32";
+
 class Trainer {
  public:
   Trainer(const Config& config, RunSetup setup)
@@ -44,20 +48,42 @@ class Trainer {
         progress_(s_.world.rank == 0),
         profiler_(config.run.profile_start, config.run.profile_steps,
                   fmt::format("{}/trace.rank{}.json", s_.run_dir, s_.world.rank)),
-        loss_sum_(torch::zeros({}, torch::dtype(torch::kFloat32).device(s_.device))) {
+        loss_sum_(torch::zeros({}, torch::dtype(torch::kFloat32).device(s_.device))),
+        session_start_(Clock::now()) {
     if (config.train.precision == "fp16") scaler_.emplace(s_.device);
   }
 
-  void resume(const std::string& path) {
-    const CheckpointInfo info = Checkpointer::load(path, *s_.strategy);
-    step_ = info.step;
-    interval_first_step_ = step_;
-    log::info("resumed from {} at step {}", path, step_);
+  // Every rank: continues from the first checkpoint of `from` that loads on every rank.
+  void resume(const ResumeFrom& from) {
+    if (s_.world.rank == 0) checkpointer_.remove_partial();
+    const std::optional<Resumed> resumed = load_first_loadable(from, *s_.strategy, s_.device);
+    if (!resumed) {
+      log::info("--resume: no complete checkpoint in {}; starting from step 0", from.where);
+      metrics_.resume_at(0);
+      return;
+    }
+    const CheckpointInfo& info = resumed->info;
+    if (info.step > s_.total_steps) {
+      throw UserError(fmt::format("{} is at step {}, past this run's {} steps; raise "
+                                  "train.max_steps or train.epochs to continue it",
+                                  resumed->path, info.step, s_.total_steps));
+    }
+    if (s_.world.rank == 0) {
+      warn_resume_changes(*resumed, {config_, s_.strategy->data_group().size, s_.images_per_step,
+                                     s_.steps_per_epoch, s_.total_steps});
+    }
+    step_ = interval_first_step_ = last_checkpoint_step_ = info.step;
+    train_seconds_before_ = info.train_seconds;
+    last_eval_ = {info.test_loss, info.test_accuracy};
+    metrics_.resume_at(step_);
+    log::info("resumed from {} at step {}", resumed->path, step_);
+    if (step_ == s_.total_steps) {
+      log::info("the run had finished: step {} of {}; nothing left to train", step_,
+                s_.total_steps);
+    }
   }
 
   RunResult train() {
-    const auto start = Clock::now();
-    EvalResult eval;
     while (step_ < s_.total_steps) {
       const int64_t epoch = step_ / s_.steps_per_epoch;
       const int64_t epoch_end = std::min((epoch + 1) * s_.steps_per_epoch, s_.total_steps);
@@ -69,21 +95,12 @@ class Trainer {
         profiler_.after_step(step_);
         ++step_;
         if (step_ % config_.run.log_every == 0 || step_ == epoch_end) report_step(epoch);
-        if (config_.train.checkpoint_every > 0 && step_ % config_.train.checkpoint_every == 0) {
-          checkpoint();
-        }
+        const int64_t every = config_.train.checkpoint_every;
+        if (step_ < epoch_end && every > 0 && step_ % every == 0) checkpoint();
       }
-      const bool last = step_ == s_.total_steps;
-      const int64_t every = config_.train.eval_every;
-      if (last || (every > 0 && (epoch + 1) % every == 0)) eval = evaluate(epoch);
-      if (config_.train.checkpoint_every == 0 && step_ == epoch_end) checkpoint();
+      end_epoch(epoch);
     }
-    const double seconds = seconds_since(start);
-    metrics_.write("final", step_,
-                   {{"accuracy/test", eval.accuracy},
-                    {"loss/test", eval.loss},
-                    {"time/train_s", seconds}});
-    return {step_, eval.accuracy, eval.loss, seconds};
+    return finish();
   }
 
  private:
@@ -128,9 +145,8 @@ class Trainer {
     s_.strategy->reduce_metrics(loss_sum_, dist::ReduceOp::kAverage);
     const double loss = loss_sum_.item<double>() / static_cast<double>(steps);
     if (!std::isfinite(loss)) {
-      throw UserError(fmt::format("loss is {} at step {}: training diverged; lower optim.lr, "
-                                  "add warmup (schedule.warmup_epochs) or use fp32",
-                                  loss, step_));
+      throw UserError(fmt::format("loss is {} at step {}: training diverged; {}", loss, step_,
+                                  kDivergedHint));
     }
     const double seconds = seconds_since(interval_start_);
     const double img_per_s = static_cast<double>(steps * s_.images_per_step) / seconds;
@@ -155,6 +171,14 @@ class Trainer {
     loss_sum_.zero_();
     interval_first_step_ = step_;
     interval_start_ = Clock::now();
+  }
+
+  void end_epoch(int64_t epoch) {
+    const bool last = step_ == s_.total_steps;
+    const int64_t eval_every = config_.train.eval_every;
+    if (last || (eval_every > 0 && (epoch + 1) % eval_every == 0)) last_eval_ = evaluate(epoch);
+    const int64_t every = config_.train.checkpoint_every;
+    if (last || every == 0 || step_ % every == 0) checkpoint();
   }
 
   EvalResult evaluate(int64_t epoch) {
@@ -195,16 +219,50 @@ class Trainer {
     return result;
   }
 
+  // Every rank, once per step at most. Weights holding NaN or Inf are never written.
   void checkpoint() {
-    if (config_.train.keep_checkpoints == 0) return;
+    if (config_.train.keep_checkpoints == 0 || step_ == last_checkpoint_step_) return;
     // Rank 0 writes the model and the strategy's state, which a sharding strategy first
     // gathers from every rank.
     s_.strategy->prepare_checkpoint();
     const dist::NamedTensors model_state = s_.strategy->model_state();
+    if (!all_finite(model_state)) {  // the same consolidated state on every rank
+      throw UserError(fmt::format(
+          "step {}: the weights hold NaN or Inf, so they are not checkpointed ({}); {}", step_,
+          last_checkpoint_step_ > 0
+              ? fmt::format("the newest checkpoint stays step {}'s", last_checkpoint_step_)
+              : std::string("no earlier checkpoint"),
+          kDivergedHint));
+    }
+    last_checkpoint_step_ = step_;
     if (s_.world.rank != 0) return;
-    checkpointer_.save({step_, step_ / s_.steps_per_epoch}, model_state, *s_.strategy,
-                       to_toml(config_));
+    checkpointer_.save(checkpoint_info(), model_state, *s_.strategy, to_toml(config_));
     interval_start_ = Clock::now();
+  }
+
+  CheckpointInfo checkpoint_info() const {
+    CheckpointInfo info;
+    info.step = step_;
+    info.epoch = step_ / s_.steps_per_epoch;
+    info.strategy = s_.strategy->name();
+    info.world_size = s_.strategy->data_group().size;
+    info.global_batch = s_.images_per_step;
+    info.steps_per_epoch = s_.steps_per_epoch;
+    info.total_steps = s_.total_steps;
+    info.train_seconds = train_seconds_before_ + seconds_since(session_start_);
+    info.test_accuracy = last_eval_.accuracy;
+    info.test_loss = last_eval_.loss;
+    return info;
+  }
+
+  RunResult finish() {
+    progress_.end_line();
+    const double seconds = train_seconds_before_ + seconds_since(session_start_);
+    metrics_.write("final", step_,
+                   {{"accuracy/test", last_eval_.accuracy},
+                    {"loss/test", last_eval_.loss},
+                    {"time/train_s", seconds}});
+    return {step_, last_eval_.accuracy, last_eval_.loss, seconds};
   }
 
   const Config& config_;
@@ -218,6 +276,10 @@ class Trainer {
   int64_t step_ = 0;
   int64_t interval_first_step_ = 0;
   int64_t skipped_steps_ = 0;
+  int64_t last_checkpoint_step_ = 0;
+  EvalResult last_eval_;
+  double train_seconds_before_ = 0.0;  // earlier sessions of a resumed run
+  Clock::time_point session_start_;
   Clock::time_point interval_start_;
 };
 
@@ -230,6 +292,14 @@ void write_text(const std::string& path, const std::string& text) {
 }  // namespace
 
 RunResult run_training(const Config& config, const RunFlags& flags) {
+  // Before MPI starts and before anything is written: a run never writes into another's
+  // directory. Every rank checks; a refused run exits 2 on each.
+  const std::string run_dir = run_dir_of(config);
+  std::optional<ResumeFrom> resume_from_checkpoints;
+  if (!flags.dry_run) {
+    check_run_dir(run_dir, flags.resume);
+    if (flags.resume) resume_from_checkpoints = resume_from(run_dir, *flags.resume);
+  }
   RunSetup setup = build_run(config);
   log::info("{}", describe_run(config, setup));
   if (flags.dry_run) return {};
@@ -244,18 +314,9 @@ RunResult run_training(const Config& config, const RunFlags& flags) {
     setup.strategy->serve();  // until the workers finish
     return {};
   }
-  const std::string checkpoints = setup.run_dir + "/checkpoints";
   Trainer trainer(config, std::move(setup));
-  if (flags.resume) {
-    std::optional<std::string> path = *flags.resume;
-    if (flags.resume->empty()) path = Checkpointer(checkpoints, 1).latest();
-    if (path) {
-      trainer.resume(*path);
-    } else {
-      log::info("--resume: no complete checkpoint in {}; starting from step 0", checkpoints);
-    }
-  }
-  RunResult result = trainer.train();
+  if (resume_from_checkpoints) trainer.resume(*resume_from_checkpoints);
+  const RunResult result = trainer.train();
   if (std::isfinite(result.test_accuracy)) {
     log::info("final test accuracy {:.2f}% after {} steps ({:.0f} s)",
               100.0 * result.test_accuracy, result.steps, result.train_seconds);

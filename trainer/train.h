@@ -10,7 +10,8 @@
 namespace dtrain::trainer {
 
 struct RunFlags {
-  // Resume: "" = the newest complete checkpoint of this run, if any; else that directory.
+  // Resume: "" = the newest checkpoint of this run that loads, if any; else that checkpoint
+  // or run directory.
   std::optional<std::string> resume;
   // Build everything, print the plan, train nothing.
   bool dry_run = false;
@@ -20,9 +21,11 @@ struct RunResult {
   int64_t steps = 0;
   double test_accuracy = 0.0;  // NaN when not evaluated
   double test_loss = 0.0;
-  double train_seconds = 0.0;
+  double train_seconds = 0.0;  // over every session of the run
 };
 
+// Throws UserError before anything is written when the run directory holds a run and
+// `flags` does not resume it.
 RunResult run_training(const Config& config, const RunFlags& flags);
 
 }  // namespace dtrain::trainer

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bad input ends in one clear line and exit code 2: config mistakes, missing and corrupt
-# dataset files, impossible batch sizes, no --config.   usage: bad_input.sh TRAINER SOURCE_DIR
+# dataset files, impossible batch sizes, no --config, a run directory that holds a run, a
+# damaged checkpoint.   usage: bad_input.sh TRAINER SOURCE_DIR
 set -uo pipefail
 trainer=$1
 tmp=$(mktemp -d)
@@ -50,6 +51,29 @@ command -v nvidia-smi >/dev/null || expect_failure "cuda on a machine without it
 command -v nvidia-smi >/dev/null || expect_failure "profiling without Kineto" \
   "run.profile_steps: profiling needs a LibTorch with Kineto" -- \
   "${cfg[@]}" --set run.profile_steps=2 --set train.max_steps=3
+
+# A run directory that holds a run is refused before anything is written into it.
+mkdir -p "$tmp/runs/taken"
+echo '[run]' >"$tmp/runs/taken/config.toml"
+expect_failure "run directory holds a run" \
+  "$tmp/runs/taken already holds a run; pass --resume to continue it or choose another run.name" \
+  -- "${cfg[@]}" --set run.name=taken --set train.max_steps=1
+if [ "$(ls "$tmp/runs/taken")" != config.toml ]; then
+  echo "FAIL run directory holds a run: written into: $(ls "$tmp/runs/taken")"
+  failures=$((failures + 1))
+fi
+
+# A damaged optimizer state: one line naming the file, not torch's stack trace.
+small=("${cfg[@]}" --set run.name=damaged --set run.device=cpu --set train.max_steps=2
+  --set data.batch_size=8 --set model.width=4 --set data.num_workers=0)
+if "$trainer" "${small[@]}" >"$tmp/out" 2>&1; then
+  checkpoint="$tmp/runs/damaged/checkpoints/step_00000002"
+  truncate -s 100 "$checkpoint/optimizer.pt"
+  expect_failure "damaged optimizer.pt" "$checkpoint/optimizer.pt: damaged, does not load" -- \
+    "${small[@]}" --resume "$checkpoint"
+else
+  echo "FAIL a 2-step run for the damaged checkpoint:"; cat "$tmp/out"; failures=$((failures + 1))
+fi
 
 [ "$failures" -eq 0 ] && echo "bad input: all cases exit 2 with one clear line"
 exit "$failures"
