@@ -1,10 +1,13 @@
 // trainer: the command-line entry point. Parses flags, loads the config, runs training.
-// Exit codes: 0 success, 2 bad input (config, flags, dataset files), 1 internal error.
+// Exit codes: 0 success, 2 bad input (config, flags, dataset files, a run directory that holds
+// another run), 1 internal error, 128 + N stopped by signal N after a checkpoint (130 SIGINT,
+// 143 SIGTERM, 138 SIGUSR1).
 #include "common/error.h"
 #include "common/host_memory.h"
 #include "common/log.h"
 #include "dist/comm/mpi_communicator.h"
 #include "trainer/config.h"
+#include "trainer/signals.h"
 #include "trainer/train.h"
 #include "trainer/version.h"
 
@@ -24,6 +27,7 @@ int run(int argc, char** argv) {
   bool print_markdown = false;
   bool print_version = false;
   dtrain::trainer::RunFlags flags;
+  flags.command.assign(argv, argv + argc);
   std::string resume;
   app.add_option("--config", config_path, "TOML config file")->check(CLI::ExistingFile);
   app.add_option("--set", overrides, "override a key: --set section.key=value (repeatable)");
@@ -32,8 +36,8 @@ int run(int argc, char** argv) {
   app.add_flag("--print-config-markdown", print_markdown, "the same, as a markdown table");
   app.add_flag("--dry-run", flags.dry_run, "build the run and print its plan; train nothing");
   auto* resume_option = app.add_option("--resume", resume,
-                                       "resume from a checkpoint directory (no value: the "
-                                       "newest complete checkpoint of this run, if any)")
+                                       "continue the run (no value: from its newest checkpoint "
+                                       "that loads), or from a checkpoint or run directory")
                             ->expected(0, 1);
   app.add_flag("--version", print_version,
                "print the versions of dtrain, LibTorch, CUDA, NCCL and MPI, then exit");
@@ -59,8 +63,8 @@ int run(int argc, char** argv) {
   if (resume_option->count() > 0) flags.resume = resume;
 
   const dtrain::trainer::Config config = dtrain::trainer::load_config(config_path, overrides);
-  dtrain::trainer::run_training(config, flags);
-  return 0;
+  const dtrain::trainer::RunResult result = dtrain::trainer::run_training(config, flags);
+  return result.stop_signal == 0 ? 0 : dtrain::trainer::stop_exit_code(result.stop_signal);
 }
 
 // Logs this rank's error as one line and returns `exit_code`. With several ranks it ends them

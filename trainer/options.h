@@ -53,7 +53,7 @@ struct TrainOptions {
   // Checkpoint every this many steps (0: at the end of every epoch).
   int64_t checkpoint_every = 0;
   // Complete checkpoints kept on disk (older ones are deleted); 0 disables checkpoints.
-  // The last step is always checkpointed.
+  // The last step is always checkpointed, and so is a run stopped by a signal.
   int64_t keep_checkpoints = 2;
 
   void declare(OptionSpecs& keys);

@@ -11,6 +11,7 @@
 #include "trainer/resume.h"
 #include "trainer/run_dir.h"
 #include "trainer/setup.h"
+#include "trainer/signals.h"
 
 #include <fmt/format.h>
 
@@ -48,7 +49,8 @@ class Trainer {
         progress_(s_.world.rank == 0),
         profiler_(config.run.profile_start, config.run.profile_steps,
                   fmt::format("{}/trace.rank{}.json", s_.run_dir, s_.world.rank)),
-        loss_sum_(torch::zeros({}, torch::dtype(torch::kFloat32).device(s_.device))),
+        report_(torch::zeros({4}, torch::dtype(torch::kFloat32).device(s_.device))),
+        loss_sum_(report_[0]),
         session_start_(Clock::now()) {
     if (config.train.precision == "fp16") scaler_.emplace(s_.device);
   }
@@ -84,12 +86,12 @@ class Trainer {
   }
 
   RunResult train() {
-    while (step_ < s_.total_steps) {
+    while (step_ < s_.total_steps && stop_signal_ == 0) {
       const int64_t epoch = step_ / s_.steps_per_epoch;
       const int64_t epoch_end = std::min((epoch + 1) * s_.steps_per_epoch, s_.total_steps);
       s_.train_loader->start_epoch(epoch, step_ - epoch * s_.steps_per_epoch);
       interval_start_ = Clock::now();
-      while (step_ < epoch_end) {
+      while (step_ < epoch_end && stop_signal_ == 0) {
         profiler_.before_step(step_);
         train_step();
         profiler_.after_step(step_);
@@ -98,7 +100,14 @@ class Trainer {
         const int64_t every = config_.train.checkpoint_every;
         if (step_ < epoch_end && every > 0 && step_ % every == 0) checkpoint();
       }
-      end_epoch(epoch);
+      if (step_ == epoch_end) end_epoch(epoch);
+    }
+    if (step_ < s_.total_steps) {  // stopped by a signal
+      checkpoint();
+      // mpirun ends the job when the first rank exits with a non-zero code: no rank exits
+      // before rank 0 has written the checkpoint.
+      s_.strategy->reduce_metrics(report_, dist::ReduceOp::kSum);
+      report_.cpu();
     }
     return finish();
   }
@@ -140,10 +149,20 @@ class Trainer {
     s_.strategy->step(s_.schedule->lr_at(step_));
   }
 
+  // Collective. One reduction carries the interval's loss and the stop request: report_ =
+  // [summed loss, SIGINT, SIGTERM, SIGUSR1 seen], averaged over the data group.
   void report_step(int64_t epoch) {
     const int64_t steps = step_ - interval_first_step_;
-    s_.strategy->reduce_metrics(loss_sum_, dist::ReduceOp::kAverage);
-    const double loss = loss_sum_.item<double>() / static_cast<double>(steps);
+    const std::vector<int>& signals = stop_signals();
+    for (size_t i = 0; i < signals.size(); ++i) {
+      if (StopSignals::received() == signals[i]) report_[static_cast<int64_t>(i) + 1].fill_(1.0);
+    }
+    s_.strategy->reduce_metrics(report_, dist::ReduceOp::kAverage);
+    const torch::Tensor reduced = report_.cpu();
+    for (size_t i = 0; i < signals.size() && stop_signal_ == 0; ++i) {
+      if (reduced[static_cast<int64_t>(i) + 1].item<float>() > 0) stop_signal_ = signals[i];
+    }
+    const double loss = reduced[0].item<double>() / static_cast<double>(steps);
     if (!std::isfinite(loss)) {
       throw UserError(fmt::format("loss is {} at step {}: training diverged; {}", loss, step_,
                                   kDivergedHint));
@@ -168,7 +187,7 @@ class Trainer {
       fields.push_back({"amp/skipped_steps", static_cast<double>(skipped_steps_)});
     }
     metrics_.write("step", step_, fields);
-    loss_sum_.zero_();
+    report_.zero_();
     interval_first_step_ = step_;
     interval_start_ = Clock::now();
   }
@@ -258,11 +277,14 @@ class Trainer {
   RunResult finish() {
     progress_.end_line();
     const double seconds = train_seconds_before_ + seconds_since(session_start_);
-    metrics_.write("final", step_,
-                   {{"accuracy/test", last_eval_.accuracy},
-                    {"loss/test", last_eval_.loss},
-                    {"time/train_s", seconds}});
-    return {step_, last_eval_.accuracy, last_eval_.loss, seconds};
+    const int signal = step_ < s_.total_steps ? stop_signal_ : 0;
+    if (signal == 0) {
+      metrics_.write("final", step_,
+                     {{"accuracy/test", last_eval_.accuracy},
+                      {"loss/test", last_eval_.loss},
+                      {"time/train_s", seconds}});
+    }
+    return {step_, last_eval_.accuracy, last_eval_.loss, seconds, signal};
   }
 
   const Config& config_;
@@ -272,11 +294,13 @@ class Trainer {
   Progress progress_;
   StepProfiler profiler_;
   std::optional<LossScaler> scaler_;
-  torch::Tensor loss_sum_;  // [] float32 on the device: summed micro-step losses since last log
+  torch::Tensor report_;    // [4] float32 on the device: see report_step
+  torch::Tensor loss_sum_;  // report_[0]: summed micro-step losses since the last report
   int64_t step_ = 0;
   int64_t interval_first_step_ = 0;
   int64_t skipped_steps_ = 0;
   int64_t last_checkpoint_step_ = 0;
+  int stop_signal_ = 0;  // agreed by every rank at a report
   EvalResult last_eval_;
   double train_seconds_before_ = 0.0;  // earlier sessions of a resumed run
   Clock::time_point session_start_;
@@ -287,6 +311,21 @@ void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
   if (!out) throw UserError(path + ": cannot write");
+}
+
+void report_end(const RunResult& result, const Config& config, const RunFlags& flags,
+                int world_size) {
+  if (result.stop_signal != 0) {
+    const bool saved = config.train.keep_checkpoints > 0;
+    log::info("stopped by {} at step {}{}", signal_name(result.stop_signal), result.steps,
+              saved ? fmt::format("; checkpoint {}/checkpoints/step_{:08d}", run_dir_of(config),
+                                  result.steps)
+                    : "; not checkpointed (train.keep_checkpoints = 0)");
+    if (saved) log::info("resume with: {}", resume_command(flags.command, world_size));
+  } else if (std::isfinite(result.test_accuracy)) {
+    log::info("final test accuracy {:.2f}% after {} steps ({:.0f} s)",
+              100.0 * result.test_accuracy, result.steps, result.train_seconds);
+  }
 }
 
 }  // namespace
@@ -314,13 +353,12 @@ RunResult run_training(const Config& config, const RunFlags& flags) {
     setup.strategy->serve();  // until the workers finish
     return {};
   }
+  const StopSignals signals;  // until training ends
+  const int world_size = setup.world.size;
   Trainer trainer(config, std::move(setup));
   if (resume_from_checkpoints) trainer.resume(*resume_from_checkpoints);
   const RunResult result = trainer.train();
-  if (std::isfinite(result.test_accuracy)) {
-    log::info("final test accuracy {:.2f}% after {} steps ({:.0f} s)",
-              100.0 * result.test_accuracy, result.steps, result.train_seconds);
-  }
+  report_end(result, config, flags, world_size);
   return result;
 }
 

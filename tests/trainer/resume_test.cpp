@@ -203,6 +203,7 @@ TEST_CASE("resuming a finished run trains nothing and reports its stored result"
   const fs::path run = copy_of_straight("finished");
   const RunResult result = run_training(small_run(kRoot / "finished"), resume_flags());
   CHECK(result.steps == 12);
+  CHECK(result.stop_signal == 0);
   CHECK(result.test_accuracy == straight().result.test_accuracy);
   CHECK(result.test_loss == straight().result.test_loss);
   CHECK(records(run) == kStraightRecords);
