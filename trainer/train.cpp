@@ -42,6 +42,7 @@ class Trainer {
  public:
   Trainer(const Config& config, RunSetup setup)
       : config_(config),
+        skip_nonfinite_(config.train.nonfinite == "skip"),
         s_(std::move(setup)),
         checkpointer_(s_.run_dir + "/checkpoints", config.train.keep_checkpoints),
         // Every rank holds the same model and the same reduced metrics: rank 0 reports them.
@@ -51,6 +52,7 @@ class Trainer {
                   fmt::format("{}/trace.rank{}.json", s_.run_dir, s_.world.rank)),
         report_(torch::zeros({4}, torch::dtype(torch::kFloat32).device(s_.device))),
         loss_sum_(report_[0]),
+        step_loss_(torch::zeros({}, report_.options())),
         session_start_(Clock::now()) {
     if (config.train.precision == "fp16") scaler_.emplace(s_.device);
   }
@@ -114,10 +116,11 @@ class Trainer {
 
  private:
   // One optimizer step: grad_accum micro-steps of forward and backward, then the update.
-  // No host synchronisation here (fp16 loss scaling excepted, see LossScaler).
+  // No host synchronisation here (fp16 loss scaling and train.nonfinite = "skip" excepted).
   void train_step() {
     const int64_t accum = config_.train.grad_accum;
     s_.strategy->before_forward(step_);
+    step_loss_.zero_();
     for (int64_t micro = 0; micro < accum; ++micro) {
       data::Batch batch;
       DTRAIN_CHECK(s_.train_loader->next(batch), "loader ran out at step {}", step_);
@@ -133,26 +136,44 @@ class Trainer {
       s_.strategy->before_backward(micro + 1 == accum);
       (scaler_ ? scaler_->scale(loss) : loss).backward();
       s_.strategy->after_backward(micro + 1 == accum);
-      loss_sum_ += loss.detach();
+      step_loss_ += loss.detach();
     }
+    if (skip_nonfinite_ && !step_loss_finite()) return skip_update(nonfinite_skipped_);
+    loss_sum_ += step_loss_;
     if (scaler_) {
       const bool finite = scaler_->unscale_and_check(s_.strategy->gradient_owners());
       scaler_->update();
-      if (!finite) {
-        for (torch::Tensor& param : s_.strategy->gradient_owners()) {
-          if (param.grad().defined()) param.grad().zero_();
-        }
-        ++skipped_steps_;
-        return;
-      }
+      if (!finite) return skip_update(overflow_skipped_);
     }
     s_.strategy->step(s_.schedule->lr_at(step_));
+  }
+
+  // train.nonfinite = "skip": whether the step's loss is finite on every rank (the average
+  // carries a NaN or Inf from any rank). A reduction and a host sync.
+  bool step_loss_finite() {
+    s_.strategy->reduce_metrics(step_loss_, dist::ReduceOp::kAverage);
+    const double loss = step_loss_.item<double>();
+    if (std::isfinite(loss)) return true;
+    ++nonfinite_in_interval_;
+    if (s_.world.rank == 0) {
+      log::warn("step {}: loss is {}; its update is skipped (train.nonfinite = \"skip\")",
+                step_ + 1, loss);
+    }
+    return false;
+  }
+
+  // Drops the step's gradients instead of applying them.
+  void skip_update(int64_t& skipped) {
+    for (torch::Tensor& param : s_.strategy->gradient_owners()) {
+      if (param.grad().defined()) param.grad().zero_();
+    }
+    ++skipped;
   }
 
   // Collective. One reduction carries the interval's loss and the stop request: report_ =
   // [summed loss, SIGINT, SIGTERM, SIGUSR1 seen], averaged over the data group.
   void report_step(int64_t epoch) {
-    const int64_t steps = step_ - interval_first_step_;
+    const int64_t steps = step_ - interval_first_step_ - nonfinite_in_interval_;
     const std::vector<int>& signals = stop_signals();
     for (size_t i = 0; i < signals.size(); ++i) {
       if (StopSignals::received() == signals[i]) report_[static_cast<int64_t>(i) + 1].fill_(1.0);
@@ -161,6 +182,11 @@ class Trainer {
     const torch::Tensor reduced = report_.cpu();
     for (size_t i = 0; i < signals.size() && stop_signal_ == 0; ++i) {
       if (reduced[static_cast<int64_t>(i) + 1].item<float>() > 0) stop_signal_ = signals[i];
+    }
+    if (steps == 0) {
+      throw UserError(fmt::format("steps {} to {}: the loss was NaN or Inf at each, so each "
+                                  "update was skipped: training diverged; {}",
+                                  interval_first_step_ + 1, step_, kDivergedHint));
     }
     const double loss = reduced[0].item<double>() / static_cast<double>(steps);
     if (!std::isfinite(loss)) {
@@ -184,11 +210,15 @@ class Trainer {
     }
     if (scaler_) {
       fields.push_back({"amp/loss_scale", scaler_->current_scale()});
-      fields.push_back({"amp/skipped_steps", static_cast<double>(skipped_steps_)});
+      fields.push_back({"amp/skipped_steps", static_cast<double>(overflow_skipped_)});
+    }
+    if (skip_nonfinite_) {
+      fields.push_back({"loss/skipped_steps", static_cast<double>(nonfinite_skipped_)});
     }
     metrics_.write("step", step_, fields);
     report_.zero_();
     interval_first_step_ = step_;
+    nonfinite_in_interval_ = 0;
     interval_start_ = Clock::now();
   }
 
@@ -288,6 +318,7 @@ class Trainer {
   }
 
   const Config& config_;
+  const bool skip_nonfinite_;
   RunSetup s_;
   Checkpointer checkpointer_;
   MetricsWriter metrics_;
@@ -295,10 +326,13 @@ class Trainer {
   StepProfiler profiler_;
   std::optional<LossScaler> scaler_;
   torch::Tensor report_;    // [4] float32 on the device: see report_step
-  torch::Tensor loss_sum_;  // report_[0]: summed micro-step losses since the last report
+  torch::Tensor loss_sum_;  // report_[0]: the summed losses of the interval's applied steps
+  torch::Tensor step_loss_;  // [] float32 on the device: this step's summed micro-step losses
   int64_t step_ = 0;
   int64_t interval_first_step_ = 0;
-  int64_t skipped_steps_ = 0;
+  int64_t nonfinite_in_interval_ = 0;  // skipped for a NaN/Inf loss: not in the logged loss
+  int64_t overflow_skipped_ = 0;   // fp16: steps whose gradients overflowed
+  int64_t nonfinite_skipped_ = 0;  // train.nonfinite = "skip": steps with a NaN/Inf loss
   int64_t last_checkpoint_step_ = 0;
   int stop_signal_ = 0;  // agreed by every rank at a report
   EvalResult last_eval_;
