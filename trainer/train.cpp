@@ -162,11 +162,11 @@ class Trainer {
     return false;
   }
 
-  // Drops the step's gradients instead of applying them.
+  // Drops every gradient of the step instead of applying them, as an update would release
+  // them: the strategy's (ZeRO's shards) and autograd's on the model (the gradient buckets).
   void skip_update(int64_t& skipped) {
-    for (torch::Tensor& param : s_.strategy->gradient_owners()) {
-      if (param.grad().defined()) param.grad().zero_();
-    }
+    for (torch::Tensor& param : s_.strategy->gradient_owners()) param.mutable_grad().reset();
+    for (torch::Tensor& param : s_.model->parameters()) param.mutable_grad().reset();
     ++skipped;
   }
 
