@@ -30,6 +30,7 @@ launch() {  # N COMMAND...: one process per GPU, NCCL's environment passed to ev
 dtrain_run() {
   local n=$1 name=$2
   shift 2
+  rm -rf "${out:?}/$name"  # a rerun into the same $out replaces the benchmark's earlier run
   launch "$n" "$build/trainer" --config "$config" \
     --set run.out_dir="$out" --set run.name="$name" "$@" >"$out/$name.log" 2>&1 \
     || { tail -30 "$out/$name.log" >&2; return 1; }

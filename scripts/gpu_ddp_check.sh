@@ -23,7 +23,8 @@ for n in 2 4; do
 done
 
 echo "== 2-GPU DDP ResNet-50, 40 steps"
+runs=$(mktemp -d)  # a fresh run directory: the trainer never writes into another run's
 launch 2 build-gpu/trainer --config configs/resnet50_synthetic.toml --set dist.strategy=ddp \
-  --set train.max_steps=40 --set run.out_dir=/tmp/dtrain_ddp >"$out/ddp2.log" 2>&1
+  --set train.max_steps=40 --set run.out_dir="$runs" >"$out/ddp2.log" 2>&1
 tail -5 "$out/ddp2.log"
-tail -2 /tmp/dtrain_ddp/resnet50_synthetic/metrics.jsonl
+tail -2 "$runs/resnet50_synthetic/metrics.jsonl"

@@ -16,10 +16,11 @@ echo "== unit tests (end-to-end scripts need Debian's Fashion-MNIST, absent here
 tail -15 "$out/ctest.log"
 
 echo "== ResNet-50 fp16 (loss scaling) and checkpoint export"
-build-gpu/trainer --config configs/resnet50_synthetic.toml --set run.out_dir=/tmp/dtrain_gpu \
+runs=$(mktemp -d)  # a fresh run directory: the trainer never writes into another run's
+build-gpu/trainer --config configs/resnet50_synthetic.toml --set run.out_dir="$runs" \
   --set run.name=fp16 --set train.precision=fp16 --set train.max_steps=40 \
   --set train.keep_checkpoints=1 --set train.checkpoint_every=40 2>&1 | tail -4
-python3 - /tmp/dtrain_gpu/fp16/checkpoints/step_00000040/model.pt <<'PY'
+python3 - "$runs/fp16/checkpoints/step_00000040/model.pt" <<'PY'
 import sys, torch, torchvision
 state = torch.load(sys.argv[1], weights_only=False)
 model = torchvision.models.resnet50()

@@ -5,6 +5,13 @@
 # page-long slot message). With a hostfile, --host or inside a Slurm allocation, the slots come
 # from there and nothing is added.
 #   usage: scripts/mpirun.sh -np N COMMAND...
+# Stopping (Open MPI 4.1): mpirun answers SIGINT and SIGTERM by killing the ranks (SIGCONT, then
+# SIGTERM 1 s later, SIGKILL 1 s after that: odls_base_sigkill_timeout), too soon for a
+# checkpoint, but it forwards SIGUSR1 to every rank at once. So mpirun runs here in a session of
+# its own (a terminal's Ctrl-C reaches this script only), and a SIGINT, SIGTERM or SIGUSR1 sent
+# to this script reaches the ranks as SIGUSR1: the trainer checkpoints and stops, and this
+# script exits 130, 143 or 138 as for the signal it got (SIGHUP likewise, 129). A second signal
+# stops the job at once. mpirun stays this script's child, so a killer of process trees ends it.
 if [ "$(id -u)" = 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
@@ -25,4 +32,34 @@ if [ -z "$placed" ] && [[ "$ranks" =~ ^[0-9]+$ ]] && [ "$ranks" -gt "$cores" ]; 
   echo "mpirun.sh: $ranks ranks on $cores cores: oversubscribing (ranks share cores)" >&2
   extra=(--oversubscribe)
 fi
-exec mpirun "${extra[@]}" "$@"
+setsid mpirun "${extra[@]}" "$@" &
+pid=$!
+received=
+forward() {  # SIGNAL_NUMBER
+  if [ -z "$received" ]; then
+    received=$1
+    kill -USR1 "$pid" 2>/dev/null
+  else
+    kill -TERM "$pid" 2>/dev/null
+  fi
+}
+trap 'forward 1' HUP  # the terminal went away: mpirun, in its own session, would not know
+trap 'forward 2' INT
+trap 'forward 15' TERM
+trap 'forward 10' USR1
+# wait returns early (above 128) when a trapped signal arrives, with mpirun still running; if
+# mpirun ended meanwhile, a second wait returns the status bash holds for it (127: none held).
+while :; do
+  wait "$pid"
+  code=$?
+  kill -0 "$pid" 2>/dev/null && continue
+  wait "$pid" 2>/dev/null
+  held=$?
+  [ "$held" -ne 127 ] && code=$held
+  break
+done
+# 138: the ranks stopped on the SIGUSR1 this script sent for another signal.
+if [ -n "$received" ] && [ "$code" -eq 138 ]; then
+  exit $((128 + received))
+fi
+exit "$code"

@@ -11,6 +11,7 @@ shift 2
 cd "$(dirname "$0")/.."
 . scripts/gpu_env.sh
 for strategy in single ddp; do
+  rm -rf "${out:?}/$strategy"  # a rerun into OUT_DIR replaces this script's earlier run
   mpirun -np 1 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE "$build/trainer" \
     --config configs/resnet50_synthetic.toml --set run.out_dir="$out" \
     --set run.name="$strategy" --set dist.strategy="$strategy" --set train.max_steps=60 \

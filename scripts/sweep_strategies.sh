@@ -40,6 +40,7 @@ for n in $ranks; do
     [ "$strategy" = single ] && [ "$n" -ne 1 ] && continue
     for r in $(seq 1 "$repeat"); do
       name="np${n}_${strategy}_r$r"
+      rm -rf "${out:?}/$name"  # a rerun into OUT_DIR replaces this sweep's own earlier run
       if ! scripts/mpirun.sh -np "$n" --oversubscribe --bind-to none "$build/trainer" \
         --config "$config" --set run.out_dir="$out" --set run.name="$name" \
         --set dist.strategy="$strategy" --set train.max_steps="$steps" \

@@ -9,8 +9,10 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <vector>
 
 namespace fs = std::filesystem;
@@ -21,13 +23,16 @@ namespace {
 
 constexpr const char* kPrefix = "step_";
 
+bool is_step_dir(const fs::directory_entry& entry) {
+  return entry.is_directory() && entry.path().filename().string().rfind(kPrefix, 0) == 0;
+}
+
 std::vector<fs::path> complete_checkpoints(const std::string& dir) {
   std::vector<fs::path> found;
   if (!fs::is_directory(dir)) return found;
   for (const auto& entry : fs::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && name.rfind(kPrefix, 0) == 0 &&
-        name.find('.') == std::string::npos && fs::exists(entry.path() / "DONE")) {
+    if (is_step_dir(entry) && entry.path().filename().string().find('.') == std::string::npos &&
+        fs::exists(entry.path() / "DONE")) {
       found.push_back(entry.path());
     }
   }
@@ -42,7 +47,53 @@ void write_file(const fs::path& path, const std::string& text) {
   if (!out) throw UserError(fmt::format("{}: cannot write", path.string()));
 }
 
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// The first of the strategy's files in `dir` (every *.pt but model.pt) that torch cannot read
+// as an archive, or "" when each one reads.
+std::string unreadable_archive(const fs::path& dir) {
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const fs::path& file = entry.path();
+    if (file.extension() == ".pt" && file.filename() != "model.pt") files.push_back(file);
+  }
+  std::sort(files.begin(), files.end());
+  for (const fs::path& file : files) {
+    try {
+      torch::serialize::InputArchive archive;
+      archive.load_from(file.string());
+    } catch (const c10::Error&) {
+      return file.string();
+    }
+  }
+  return "";
+}
+
+std::string state_text(const CheckpointInfo& info) {
+  toml::table state{{"step", info.step},
+                    {"epoch", info.epoch},
+                    {"strategy", info.strategy},
+                    {"world_size", info.world_size},
+                    {"global_batch", info.global_batch},
+                    {"steps_per_epoch", info.steps_per_epoch},
+                    {"total_steps", info.total_steps},
+                    {"train_seconds", info.train_seconds}};
+  if (std::isfinite(info.test_accuracy)) state.insert("test_accuracy", info.test_accuracy);
+  if (std::isfinite(info.test_loss)) state.insert("test_loss", info.test_loss);
+  std::ostringstream text;
+  text << state << '\n';
+  return text.str();
+}
+
 }  // namespace
+
+bool all_finite(const dist::NamedTensors& state) {
+  std::vector<torch::Tensor> finite;
+  for (const auto& item : state) {
+    if (item.second.is_floating_point()) finite.push_back(torch::isfinite(item.second).all());
+  }
+  return finite.empty() || torch::stack(finite).all().item<bool>();
+}
 
 Checkpointer::Checkpointer(std::string dir, int64_t keep) : dir_(std::move(dir)), keep_(keep) {}
 
@@ -55,10 +106,7 @@ void Checkpointer::save(const CheckpointInfo& info, const dist::NamedTensors& mo
 
   models::save_state_dict(model_state, (temp_path / "model.pt").string());
   strategy.save(temp_path.string());
-  toml::table state{{"step", info.step}, {"epoch", info.epoch}, {"strategy", strategy.name()}};
-  std::ostringstream state_text;
-  state_text << state << '\n';
-  write_file(temp_path / "state.toml", state_text.str());
+  write_file(temp_path / "state.toml", state_text(info));
   write_file(temp_path / "config.toml", config_toml);
   write_file(temp_path / "DONE", "");
 
@@ -72,12 +120,55 @@ void Checkpointer::prune() const {
   std::vector<fs::path> complete = complete_checkpoints(dir_);
   const int64_t excess = static_cast<int64_t>(complete.size()) - keep_;
   for (int64_t i = 0; i < excess; ++i) remove_tree(complete[i]);
+  remove_partial();
+}
+
+void Checkpointer::remove_partial() const {
+  if (!fs::is_directory(dir_)) return;
+  std::vector<fs::path> partial;
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    if (is_step_dir(entry) && entry.path().extension() == ".tmp") partial.push_back(entry.path());
+  }
+  for (const fs::path& path : partial) {
+    log::info("removing {}, left by an interrupted checkpoint write", path.string());
+    remove_tree(path);
+  }
+}
+
+std::vector<std::string> Checkpointer::complete() const {
+  std::vector<std::string> newest_first;
+  for (const fs::path& path : complete_checkpoints(dir_)) newest_first.push_back(path.string());
+  std::reverse(newest_first.begin(), newest_first.end());
+  return newest_first;
 }
 
 std::optional<std::string> Checkpointer::latest() const {
-  std::vector<fs::path> complete = complete_checkpoints(dir_);
-  if (complete.empty()) return std::nullopt;
-  return complete.back().string();
+  std::vector<std::string> all = complete();
+  if (all.empty()) return std::nullopt;
+  return all.front();
+}
+
+CheckpointInfo Checkpointer::read_info(const std::string& path) {
+  const std::string file = (fs::path(path) / "state.toml").string();
+  toml::table state;
+  try {
+    state = toml::parse_file(file);
+  } catch (const toml::parse_error& e) {
+    throw UserError(fmt::format("{}: unreadable: {}", file, e.description()));
+  }
+  if (!state["step"].is_integer()) throw UserError(fmt::format("{}: no step", file));
+  CheckpointInfo info;
+  info.step = state["step"].value_or(int64_t{0});
+  info.epoch = state["epoch"].value_or(int64_t{0});
+  info.strategy = state["strategy"].value_or(std::string());
+  info.world_size = state["world_size"].value_or(int64_t{0});
+  info.global_batch = state["global_batch"].value_or(int64_t{0});
+  info.steps_per_epoch = state["steps_per_epoch"].value_or(int64_t{0});
+  info.total_steps = state["total_steps"].value_or(int64_t{0});
+  info.train_seconds = state["train_seconds"].value_or(0.0);
+  info.test_accuracy = state["test_accuracy"].value_or(info.test_accuracy);
+  info.test_loss = state["test_loss"].value_or(info.test_loss);
+  return info;
 }
 
 CheckpointInfo Checkpointer::load(const std::string& path, dist::Strategy& strategy) {
@@ -85,25 +176,32 @@ CheckpointInfo Checkpointer::load(const std::string& path, dist::Strategy& strat
   if (!fs::exists(dir / "DONE")) {
     throw UserError(fmt::format("{}: not a complete checkpoint (no DONE marker)", path));
   }
-  toml::table state;
-  try {
-    state = toml::parse_file((dir / "state.toml").string());
-  } catch (const toml::parse_error& e) {
-    throw UserError(fmt::format("{}/state.toml: unreadable: {}", path, e.description()));
-  }
+  const CheckpointInfo info = read_info(path);
   // Every strategy reads every strategy's optimizer state (dist/optimizer_state.h).
-  const std::string saved_strategy = state["strategy"].value_or(std::string());
-  if (saved_strategy != strategy.name()) {
-    log::info("{}: written by strategy \"{}\", resumed under \"{}\"", path, saved_strategy,
+  if (info.strategy != strategy.name()) {
+    log::info("{}: written by strategy \"{}\", resumed under \"{}\"", path, info.strategy,
               strategy.name());
   }
   // Read into the consolidated state (checked against its names and shapes), then handed
   // back: a sharding strategy keeps its part.
   const dist::NamedTensors model_state = strategy.model_state();
-  models::load_state_dict(model_state, (dir / "model.pt").string());
+  const std::string model_file = (dir / "model.pt").string();
+  try {
+    models::load_state_dict(model_state, model_file);
+  } catch (const c10::Error& e) {
+    throw UserError(fmt::format("{}: does not load: {}", model_file,
+                                first_line(e.what_without_backtrace())));
+  }
   strategy.load_model_state(model_state);
-  strategy.load(path);
-  return {state["step"].value_or(int64_t{0}), state["epoch"].value_or(int64_t{0})};
+  try {
+    strategy.load(path);
+  } catch (const c10::Error& e) {
+    // The strategy's files are its own; name the one torch cannot read, if one is.
+    const std::string file = unreadable_archive(dir);
+    throw UserError(fmt::format("{}: damaged, does not load: {}", file.empty() ? path : file,
+                                first_line(e.what_without_backtrace())));
+  }
+  return info;
 }
 
 }  // namespace dtrain::trainer

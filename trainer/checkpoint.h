@@ -1,6 +1,6 @@
 // Checkpoints: one directory per step, written under a temporary name and renamed once
 // complete (with a DONE marker), so a crash mid-write never damages the last good one.
-//   <dir>/step_00000100/{model.pt, optimizer.pt, state.toml, DONE}
+//   <dir>/step_00000100/{model.pt, optimizer.pt, state.toml, config.toml, DONE}
 // model.pt is a plain state dict that Python's torch.load reads (torchvision names).
 #pragma once
 
@@ -9,15 +9,32 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace dtrain::trainer {
 
+// state.toml: where the run was and the shape it had, which a resumed run compares with its
+// own. The shape fields are 0 in checkpoints written before they existed.
 struct CheckpointInfo {
   int64_t step = 0;   // optimizer steps completed
   int64_t epoch = 0;  // epoch the next step belongs to
+  std::string strategy;          // the strategy that wrote it
+  int64_t world_size = 0;       // ranks that took data
+  int64_t global_batch = 0;     // samples per optimizer step, over all ranks
+  int64_t steps_per_epoch = 0;
+  int64_t total_steps = 0;      // the run's length: finished when step == total_steps
+  double train_seconds = 0.0;   // training time up to `step`, over every session of the run
+  // The newest evaluation up to `step`; NaN when there was none.
+  double test_accuracy = std::numeric_limits<double>::quiet_NaN();
+  double test_loss = std::numeric_limits<double>::quiet_NaN();
 };
+
+// Whether every floating tensor of `state` is finite (one host sync): the trainer checkpoints
+// no weights that hold NaN or Inf.
+bool all_finite(const dist::NamedTensors& state);
 
 class Checkpointer {
  public:
@@ -29,10 +46,18 @@ class Checkpointer {
   // config. Rank 0 only, after every rank's Strategy::prepare_checkpoint().
   void save(const CheckpointInfo& info, const dist::NamedTensors& model_state,
             dist::Strategy& strategy, const std::string& config_toml) const;
+  // The complete checkpoint directories in `dir`, newest first.
+  std::vector<std::string> complete() const;
   // The newest complete checkpoint directory in `dir`, if any.
   std::optional<std::string> latest() const;
-  // Restores model and strategy state through the strategy (every rank); throws UserError
-  // on an incomplete or foreign checkpoint.
+  // Deletes what interrupted saves left behind (step_*.tmp directories). Rank 0.
+  void remove_partial() const;
+
+  // Reads checkpoint `path`'s state.toml; throws UserError naming the file.
+  static CheckpointInfo read_info(const std::string& path);
+  // Restores model and strategy state through the strategy (every rank). Throws UserError,
+  // one line naming the file, on an incomplete, damaged or foreign checkpoint. A rank that
+  // fails skips the rest: Strategy::load_model_state() and load() must not communicate.
   static CheckpointInfo load(const std::string& path, dist::Strategy& strategy);
 
  private:

@@ -1,11 +1,15 @@
 // trainer: the command-line entry point. Parses flags, loads the config, runs training.
-// Exit codes: 0 success, 2 bad input (config, flags, dataset files), 1 internal error.
+// Exit codes: 0 success, 2 bad input (config, flags, dataset files, a run directory that holds
+// another run), 1 internal error, 128 + N stopped by signal N after a checkpoint (130 SIGINT,
+// 143 SIGTERM, 138 SIGUSR1).
 #include "common/error.h"
 #include "common/host_memory.h"
 #include "common/log.h"
 #include "dist/comm/mpi_communicator.h"
 #include "trainer/config.h"
+#include "trainer/signals.h"
 #include "trainer/train.h"
+#include "trainer/version.h"
 
 #include <CLI/CLI.hpp>
 
@@ -21,7 +25,9 @@ int run(int argc, char** argv) {
   std::vector<std::string> overrides;
   bool print_config = false;
   bool print_markdown = false;
+  bool print_version = false;
   dtrain::trainer::RunFlags flags;
+  flags.command.assign(argv, argv + argc);
   std::string resume;
   app.add_option("--config", config_path, "TOML config file")->check(CLI::ExistingFile);
   app.add_option("--set", overrides, "override a key: --set section.key=value (repeatable)");
@@ -30,9 +36,11 @@ int run(int argc, char** argv) {
   app.add_flag("--print-config-markdown", print_markdown, "the same, as a markdown table");
   app.add_flag("--dry-run", flags.dry_run, "build the run and print its plan; train nothing");
   auto* resume_option = app.add_option("--resume", resume,
-                                       "resume from a checkpoint directory (no value: the "
-                                       "newest complete checkpoint of this run, if any)")
+                                       "continue the run (no value: from its newest checkpoint "
+                                       "that loads), or from a checkpoint or run directory")
                             ->expected(0, 1);
+  app.add_flag("--version", print_version,
+               "print the versions of dtrain, LibTorch, CUDA, NCCL and MPI, then exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -42,11 +50,21 @@ int run(int argc, char** argv) {
     std::cout << dtrain::trainer::describe_keys(print_markdown);
     return 0;
   }
+  if (print_version) {
+    std::cout << dtrain::trainer::version_report();
+    return 0;
+  }
+  if (config_path.empty()) {
+    std::fprintf(stderr, "error: --config is required to train, e.g. trainer --config "
+                         "configs/fashion_mnist.toml (--print-config lists every key)\n%s",
+                 app.help().c_str());
+    return 2;
+  }
   if (resume_option->count() > 0) flags.resume = resume;
 
   const dtrain::trainer::Config config = dtrain::trainer::load_config(config_path, overrides);
-  dtrain::trainer::run_training(config, flags);
-  return 0;
+  const dtrain::trainer::RunResult result = dtrain::trainer::run_training(config, flags);
+  return result.stop_signal == 0 ? 0 : dtrain::trainer::stop_exit_code(result.stop_signal);
 }
 
 // Logs this rank's error as one line and returns `exit_code`. With several ranks it ends them

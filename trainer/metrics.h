@@ -17,8 +17,12 @@ class MetricsWriter {
   explicit MetricsWriter(const std::string& path);
   // {"kind": kind, "step": step, <fields>...}
   void write(const std::string& kind, int64_t step, const MetricFields& fields);
+  // For a run resumed at `step`: drops the records of later steps, which the run replays, and
+  // the final record, which it writes again; and a line cut short by a crash.
+  void resume_at(int64_t step);
 
  private:
+  std::string path_;
   std::ofstream out_;
 };
 

@@ -50,8 +50,12 @@ void TrainOptions::declare(OptionSpecs& keys) {
            "checkpoint every this many steps (0: at the end of every epoch)")
       .at_least(0);
   keys.add("keep_checkpoints", &keep_checkpoints,
-           "complete checkpoints kept on disk (0: no checkpoints)")
+           "complete checkpoints kept on disk, the last step's always among them (0: none)")
       .at_least(0);
+  keys.add("nonfinite", &nonfinite,
+           "on a NaN/Inf loss: stop (checked at each log) or skip the update (checked every "
+           "step: a host sync per step on GPUs)")
+      .one_of({"stop", "skip"});
 }
 
 FieldErrors TrainOptions::validate() const { return check_declared(*this); }

@@ -56,7 +56,12 @@ struct TrainOptions {
   // Checkpoint every this many steps (0: at the end of every epoch).
   int64_t checkpoint_every = 0;
   // Complete checkpoints kept on disk (older ones are deleted); 0 disables checkpoints.
+  // The last step is always checkpointed, and so is a run stopped by a signal.
   int64_t keep_checkpoints = 2;
+  // On a NaN or Inf training loss: "stop" (found when the loss is logged, every
+  // run.log_every steps: no cost per step) or "skip" the step's update (found every step: a
+  // host sync and a one-float reduction per step on GPUs).
+  std::string nonfinite = "stop";
 
   void declare(OptionSpecs& keys);
   FieldErrors validate() const;

@@ -45,11 +45,15 @@ void Progress::step(const StepReport& r) {
 
 void Progress::line(const std::string& text) {
   if (!enabled_) return;
-  if (live_line_open_) std::printf("\n");
-  live_line_open_ = false;
+  end_line();
   log::to_file(text);
   std::printf("%s\n", text.c_str());
   std::fflush(stdout);
+}
+
+void Progress::end_line() {
+  if (live_line_open_) std::printf("\n");
+  live_line_open_ = false;
 }
 
 std::string format_duration(double seconds) {

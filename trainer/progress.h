@@ -24,6 +24,8 @@ class Progress {
   void step(const StepReport& report);
   // A line that must stand on its own (epoch summary, warning): ends the live line first.
   void line(const std::string& text);
+  // Ends the live line, if one is open, so that the next output starts on a line of its own.
+  void end_line();
 
  private:
   bool enabled_;

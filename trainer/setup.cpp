@@ -7,6 +7,8 @@
 #include "dist/factory.h"
 #include "dist/sync_batchnorm.h"
 #include "trainer/config.h"
+#include "trainer/run_dir.h"
+#include "trainer/version.h"
 #include "models/batch_norm.h"
 #include "models/registry.h"
 #include "optim/optimizer.h"
@@ -136,7 +138,7 @@ RunSetup build_run(const Config& config) {
   // Let cuDNN pick the fastest convolution algorithms for our fixed shapes, as PyTorch
   // training scripts do with torch.backends.cudnn.benchmark = True.
   if (setup.device.is_cuda()) at::globalContext().setBenchmarkCuDNN(true);
-  setup.run_dir = (std::filesystem::path(config.run.out_dir) / config.run.name).string();
+  setup.run_dir = run_dir_of(config);
 
   const data::Splits splits = data::open_splits(config.data);
   const std::shared_ptr<const data::Dataset>& train_set = splits.train;
@@ -203,14 +205,14 @@ std::string describe_run(const Config& config, const RunSetup& setup) {
   const char* opencv = "no";
 #endif
   return fmt::format(
-      "dtrain | LibTorch {} | CUDA build {} | OpenCV {}\n"
+      "dtrain {} | LibTorch {} | CUDA build {} | OpenCV {}\n"
       "run {} -> {}\n"
       "{} rank(s) on {} node(s) | device {} | {} torch threads | strategy {}\n"
       "model {} ({} parameters) | data {} | precision {}{}\n"
       "global batch {} ({} rank(s) x {} x {} micro-steps) | {} steps/epoch | {} steps",
-      TORCH_VERSION, cuda, opencv, config.run.name, setup.run_dir, setup.world.size,
-      setup.world.num_nodes, setup.device.str(),
-      torch::get_num_threads(), setup.strategy->name(), config.model.name, num_params,
+      dtrain_version(), TORCH_VERSION, cuda, opencv, config.run.name, setup.run_dir,
+      setup.world.size, setup.world.num_nodes, setup.device.str(), torch::get_num_threads(),
+      setup.strategy->name(), config.model.name, num_params,
       config.data.dataset, config.train.precision,
       config.train.channels_last ? " | channels_last" : "", setup.images_per_step,
       setup.strategy->data_group().size, config.data.batch_size, config.train.grad_accum,

@@ -9,8 +9,11 @@
 #include "trainer/precision.h"
 #include "trainer/profiler.h"
 #include "trainer/progress.h"
+#include "trainer/resume.h"
+#include "trainer/run_dir.h"
 #include "trainer/timeline.h"
 #include "trainer/setup.h"
+#include "trainer/signals.h"
 
 #include <fmt/format.h>
 
@@ -35,10 +38,13 @@ struct EvalResult {
   double accuracy = std::numeric_limits<double>::quiet_NaN();
 };
 
+const char* kDivergedHint = "lower optim.lr, add warmup (schedule.warmup_epochs) or use fp32";
+
 class Trainer {
  public:
   Trainer(const Config& config, RunSetup setup)
       : config_(config),
+        skip_nonfinite_(config.train.nonfinite == "skip"),
         s_(std::move(setup)),
         checkpointer_(s_.run_dir + "/checkpoints", config.train.keep_checkpoints),
         // Every rank holds the same model and the same reduced metrics: rank 0 reports them.
@@ -47,56 +53,78 @@ class Trainer {
         profiler_(config.run.profile_start, config.run.profile_steps,
                   fmt::format("{}/trace.rank{}.json", s_.run_dir, s_.world.rank)),
         timeline_(config.run.trace, s_.run_dir, s_.world.rank),
-        loss_sum_(torch::zeros({}, torch::dtype(torch::kFloat32).device(s_.device))) {
+        report_(torch::zeros({4}, torch::dtype(torch::kFloat32).device(s_.device))),
+        loss_sum_(report_[0]),
+        step_loss_(torch::zeros({}, report_.options())),
+        session_start_(Clock::now()) {
     if (config.train.precision == "fp16") scaler_.emplace(s_.device);
   }
 
-  void resume(const std::string& path) {
-    const CheckpointInfo info = Checkpointer::load(path, *s_.strategy);
-    step_ = info.step;
-    interval_first_step_ = step_;
-    log::info("resumed from {} at step {}", path, step_);
+  // Every rank: continues from the first checkpoint of `from` that loads on every rank.
+  void resume(const ResumeFrom& from) {
+    if (s_.world.rank == 0) checkpointer_.remove_partial();
+    const std::optional<Resumed> resumed = load_first_loadable(from, *s_.strategy, s_.device);
+    if (!resumed) {
+      log::info("--resume: no complete checkpoint in {}; starting from step 0", from.where);
+      metrics_.resume_at(0);
+      return;
+    }
+    const CheckpointInfo& info = resumed->info;
+    if (info.step > s_.total_steps) {
+      throw UserError(fmt::format("{} is at step {}, past this run's {} steps; raise "
+                                  "train.max_steps or train.epochs to continue it",
+                                  resumed->path, info.step, s_.total_steps));
+    }
+    if (s_.world.rank == 0) {
+      warn_resume_changes(*resumed, {config_, s_.strategy->data_group().size, s_.images_per_step,
+                                     s_.steps_per_epoch, s_.total_steps});
+    }
+    step_ = interval_first_step_ = last_checkpoint_step_ = info.step;
+    train_seconds_before_ = info.train_seconds;
+    last_eval_ = {info.test_loss, info.test_accuracy};
+    metrics_.resume_at(step_);
+    log::info("resumed from {} at step {}", resumed->path, step_);
+    if (step_ == s_.total_steps) {
+      log::info("the run had finished: step {} of {}; nothing left to train", step_,
+                s_.total_steps);
+    }
   }
 
   RunResult train() {
-    const auto start = Clock::now();
-    EvalResult eval;
-    while (step_ < s_.total_steps) {
+    while (step_ < s_.total_steps && stop_signal_ == 0) {
       const int64_t epoch = step_ / s_.steps_per_epoch;
       const int64_t epoch_end = std::min((epoch + 1) * s_.steps_per_epoch, s_.total_steps);
       s_.train_loader->start_epoch(epoch, step_ - epoch * s_.steps_per_epoch);
       interval_start_ = Clock::now();
-      while (step_ < epoch_end) {
+      while (step_ < epoch_end && stop_signal_ == 0) {
         profiler_.before_step(step_);
         train_step();
         profiler_.after_step(step_);
         if (timeline_.enabled()) timeline_.add_step_spans(s_.strategy->last_step_spans());
         ++step_;
         if (step_ % config_.run.log_every == 0 || step_ == epoch_end) report_step(epoch);
-        if (config_.train.checkpoint_every > 0 && step_ % config_.train.checkpoint_every == 0) {
-          checkpoint();
-        }
+        const int64_t every = config_.train.checkpoint_every;
+        if (step_ < epoch_end && every > 0 && step_ % every == 0) checkpoint();
       }
-      const bool last = step_ == s_.total_steps;
-      const int64_t every = config_.train.eval_every;
-      if (last || (every > 0 && (epoch + 1) % every == 0)) eval = evaluate(epoch);
-      if (config_.train.checkpoint_every == 0 && step_ == epoch_end) checkpoint();
+      if (step_ == epoch_end) end_epoch(epoch);
     }
-    const double seconds = seconds_since(start);
-    metrics_.write("final", step_,
-                   {{"accuracy/test", eval.accuracy},
-                    {"loss/test", eval.loss},
-                    {"time/train_s", seconds}});
-    write_timeline();
-    return {step_, eval.accuracy, eval.loss, seconds};
+    if (step_ < s_.total_steps) {  // stopped by a signal
+      checkpoint();
+      // mpirun ends the job when the first rank exits with a non-zero code: no rank exits
+      // before rank 0 has written the checkpoint.
+      s_.strategy->reduce_metrics(report_, dist::ReduceOp::kSum);
+      report_.cpu();
+    }
+    return finish();
   }
 
  private:
   // One optimizer step: grad_accum micro-steps of forward and backward, then the update.
-  // No host synchronisation here (fp16 loss scaling excepted, see LossScaler).
+  // No host synchronisation here (fp16 loss scaling and train.nonfinite = "skip" excepted).
   void train_step() {
     const int64_t accum = config_.train.grad_accum;
     s_.strategy->before_forward(step_);
+    step_loss_.zero_();
     for (int64_t micro = 0; micro < accum; ++micro) {
       data::Batch batch;
       {
@@ -119,31 +147,63 @@ class Trainer {
         (scaler_ ? scaler_->scale(loss) : loss).backward();
         s_.strategy->after_backward(micro + 1 == accum);
       }
-      loss_sum_ += loss.detach();
+      step_loss_ += loss.detach();
     }
+    if (skip_nonfinite_ && !step_loss_finite()) return skip_update(nonfinite_skipped_);
+    loss_sum_ += step_loss_;
     if (scaler_) {
       const bool finite = scaler_->unscale_and_check(s_.strategy->gradient_owners());
       scaler_->update();
-      if (!finite) {
-        for (torch::Tensor& param : s_.strategy->gradient_owners()) {
-          if (param.grad().defined()) param.grad().zero_();
-        }
-        ++skipped_steps_;
-        return;
-      }
+      if (!finite) return skip_update(overflow_skipped_);
     }
     Timeline::Phase phase(timeline_, "optimizer step");
     s_.strategy->step(s_.schedule->lr_at(step_));
   }
 
+  // train.nonfinite = "skip": whether the step's loss is finite on every rank (the average
+  // carries a NaN or Inf from any rank). A reduction and a host sync.
+  bool step_loss_finite() {
+    s_.strategy->reduce_metrics(step_loss_, dist::ReduceOp::kAverage);
+    const double loss = step_loss_.item<double>();
+    if (std::isfinite(loss)) return true;
+    ++nonfinite_in_interval_;
+    if (s_.world.rank == 0) {
+      log::warn("step {}: loss is {}; its update is skipped (train.nonfinite = \"skip\")",
+                step_ + 1, loss);
+    }
+    return false;
+  }
+
+  // Drops every gradient of the step instead of applying them, as an update would release
+  // them: the strategy's (ZeRO's shards) and autograd's on the model (the gradient buckets).
+  void skip_update(int64_t& skipped) {
+    for (torch::Tensor& param : s_.strategy->gradient_owners()) param.mutable_grad().reset();
+    for (torch::Tensor& param : s_.model->parameters()) param.mutable_grad().reset();
+    ++skipped;
+  }
+
+  // Collective. One reduction carries the interval's loss and the stop request: report_ =
+  // [summed loss, SIGINT, SIGTERM, SIGUSR1 seen], averaged over the data group.
   void report_step(int64_t epoch) {
-    const int64_t steps = step_ - interval_first_step_;
-    s_.strategy->reduce_metrics(loss_sum_, dist::ReduceOp::kAverage);
-    const double loss = loss_sum_.item<double>() / static_cast<double>(steps);
+    const int64_t steps = step_ - interval_first_step_ - nonfinite_in_interval_;
+    const std::vector<int>& signals = stop_signals();
+    for (size_t i = 0; i < signals.size(); ++i) {
+      if (StopSignals::received() == signals[i]) report_[static_cast<int64_t>(i) + 1].fill_(1.0);
+    }
+    s_.strategy->reduce_metrics(report_, dist::ReduceOp::kAverage);
+    const torch::Tensor reduced = report_.cpu();
+    for (size_t i = 0; i < signals.size() && stop_signal_ == 0; ++i) {
+      if (reduced[static_cast<int64_t>(i) + 1].item<float>() > 0) stop_signal_ = signals[i];
+    }
+    if (steps == 0) {
+      throw UserError(fmt::format("steps {} to {}: the loss was NaN or Inf at each, so each "
+                                  "update was skipped: training diverged; {}",
+                                  interval_first_step_ + 1, step_, kDivergedHint));
+    }
+    const double loss = reduced[0].item<double>() / static_cast<double>(steps);
     if (!std::isfinite(loss)) {
-      throw UserError(fmt::format("loss is {} at step {}: training diverged; lower optim.lr, "
-                                  "add warmup (schedule.warmup_epochs) or use fp32",
-                                  loss, step_));
+      throw UserError(fmt::format("loss is {} at step {}: training diverged; {}", loss, step_,
+                                  kDivergedHint));
     }
     const double seconds = seconds_since(interval_start_);
     const double img_per_s = static_cast<double>(steps * s_.images_per_step) / seconds;
@@ -163,12 +223,24 @@ class Trainer {
     for (auto& field : peak_memory(s_.device)) fields.push_back(std::move(field));
     if (scaler_) {
       fields.push_back({"amp/loss_scale", scaler_->current_scale()});
-      fields.push_back({"amp/skipped_steps", static_cast<double>(skipped_steps_)});
+      fields.push_back({"amp/skipped_steps", static_cast<double>(overflow_skipped_)});
+    }
+    if (skip_nonfinite_) {
+      fields.push_back({"loss/skipped_steps", static_cast<double>(nonfinite_skipped_)});
     }
     metrics_.write("step", step_, fields);
-    loss_sum_.zero_();
+    report_.zero_();
     interval_first_step_ = step_;
+    nonfinite_in_interval_ = 0;
     interval_start_ = Clock::now();
+  }
+
+  void end_epoch(int64_t epoch) {
+    const bool last = step_ == s_.total_steps;
+    const int64_t eval_every = config_.train.eval_every;
+    if (last || (eval_every > 0 && (epoch + 1) % eval_every == 0)) last_eval_ = evaluate(epoch);
+    const int64_t every = config_.train.checkpoint_every;
+    if (last || every == 0 || step_ % every == 0) checkpoint();
   }
 
   EvalResult evaluate(int64_t epoch) {
@@ -219,20 +291,59 @@ class Trainer {
     if (s_.world.rank == 0) Timeline::merge(s_.run_dir);
   }
 
+  // Every rank, once per step at most. Weights holding NaN or Inf are never written.
   void checkpoint() {
-    if (config_.train.keep_checkpoints == 0) return;
+    if (config_.train.keep_checkpoints == 0 || step_ == last_checkpoint_step_) return;
     Timeline::Phase phase(timeline_, "checkpoint");
     // Rank 0 writes the model and the strategy's state, which a sharding strategy first
     // gathers from every rank.
     s_.strategy->prepare_checkpoint();
     const dist::NamedTensors model_state = s_.strategy->model_state();
+    if (!all_finite(model_state)) {  // the same consolidated state on every rank
+      throw UserError(fmt::format(
+          "step {}: the weights hold NaN or Inf, so they are not checkpointed ({}); {}", step_,
+          last_checkpoint_step_ > 0
+              ? fmt::format("the newest checkpoint stays step {}'s", last_checkpoint_step_)
+              : std::string("no earlier checkpoint"),
+          kDivergedHint));
+    }
+    last_checkpoint_step_ = step_;
     if (s_.world.rank != 0) return;
-    checkpointer_.save({step_, step_ / s_.steps_per_epoch}, model_state, *s_.strategy,
-                       to_toml(config_));
+    checkpointer_.save(checkpoint_info(), model_state, *s_.strategy, to_toml(config_));
     interval_start_ = Clock::now();
   }
 
+  CheckpointInfo checkpoint_info() const {
+    CheckpointInfo info;
+    info.step = step_;
+    info.epoch = step_ / s_.steps_per_epoch;
+    info.strategy = s_.strategy->name();
+    info.world_size = s_.strategy->data_group().size;
+    info.global_batch = s_.images_per_step;
+    info.steps_per_epoch = s_.steps_per_epoch;
+    info.total_steps = s_.total_steps;
+    info.train_seconds = train_seconds_before_ + seconds_since(session_start_);
+    info.test_accuracy = last_eval_.accuracy;
+    info.test_loss = last_eval_.loss;
+    return info;
+  }
+
+  RunResult finish() {
+    progress_.end_line();
+    write_timeline();
+    const double seconds = train_seconds_before_ + seconds_since(session_start_);
+    const int signal = step_ < s_.total_steps ? stop_signal_ : 0;
+    if (signal == 0) {
+      metrics_.write("final", step_,
+                     {{"accuracy/test", last_eval_.accuracy},
+                      {"loss/test", last_eval_.loss},
+                      {"time/train_s", seconds}});
+    }
+    return {step_, last_eval_.accuracy, last_eval_.loss, seconds, signal};
+  }
+
   const Config& config_;
+  const bool skip_nonfinite_;
   RunSetup s_;
   Checkpointer checkpointer_;
   MetricsWriter metrics_;
@@ -240,10 +351,19 @@ class Trainer {
   StepProfiler profiler_;
   Timeline timeline_;
   std::optional<LossScaler> scaler_;
-  torch::Tensor loss_sum_;  // [] float32 on the device: summed micro-step losses since last log
+  torch::Tensor report_;    // [4] float32 on the device: see report_step
+  torch::Tensor loss_sum_;  // report_[0]: the summed losses of the interval's applied steps
+  torch::Tensor step_loss_;  // [] float32 on the device: this step's summed micro-step losses
   int64_t step_ = 0;
   int64_t interval_first_step_ = 0;
-  int64_t skipped_steps_ = 0;
+  int64_t nonfinite_in_interval_ = 0;  // skipped for a NaN/Inf loss: not in the logged loss
+  int64_t overflow_skipped_ = 0;   // fp16: steps whose gradients overflowed
+  int64_t nonfinite_skipped_ = 0;  // train.nonfinite = "skip": steps with a NaN/Inf loss
+  int64_t last_checkpoint_step_ = 0;
+  int stop_signal_ = 0;  // agreed by every rank at a report
+  EvalResult last_eval_;
+  double train_seconds_before_ = 0.0;  // earlier sessions of a resumed run
+  Clock::time_point session_start_;
   Clock::time_point interval_start_;
 };
 
@@ -253,9 +373,32 @@ void write_text(const std::string& path, const std::string& text) {
   if (!out) throw UserError(path + ": cannot write");
 }
 
+void report_end(const RunResult& result, const Config& config, const RunFlags& flags,
+                int world_size) {
+  if (result.stop_signal != 0) {
+    const bool saved = config.train.keep_checkpoints > 0;
+    log::info("stopped by {} at step {}{}", signal_name(result.stop_signal), result.steps,
+              saved ? fmt::format("; checkpoint {}/checkpoints/step_{:08d}", run_dir_of(config),
+                                  result.steps)
+                    : "; not checkpointed (train.keep_checkpoints = 0)");
+    if (saved) log::info("resume with: {}", resume_command(flags.command, world_size));
+  } else if (std::isfinite(result.test_accuracy)) {
+    log::info("final test accuracy {:.2f}% after {} steps ({:.0f} s)",
+              100.0 * result.test_accuracy, result.steps, result.train_seconds);
+  }
+}
+
 }  // namespace
 
 RunResult run_training(const Config& config, const RunFlags& flags) {
+  // Before MPI starts and before anything is written: a run never writes into another's
+  // directory. Every rank checks; a refused run exits 2 on each.
+  const std::string run_dir = run_dir_of(config);
+  std::optional<ResumeFrom> resume_from_checkpoints;
+  if (!flags.dry_run) {
+    check_run_dir(run_dir, flags.resume);
+    if (flags.resume) resume_from_checkpoints = resume_from(run_dir, *flags.resume);
+  }
   RunSetup setup = build_run(config);
   log::info("{}", describe_run(config, setup));
   if (flags.dry_run) return {};
@@ -270,22 +413,12 @@ RunResult run_training(const Config& config, const RunFlags& flags) {
     setup.strategy->serve();  // until the workers finish
     return {};
   }
-  const std::string checkpoints = setup.run_dir + "/checkpoints";
+  const StopSignals signals;  // until training ends
+  const int world_size = setup.world.size;
   Trainer trainer(config, std::move(setup));
-  if (flags.resume) {
-    std::optional<std::string> path = *flags.resume;
-    if (flags.resume->empty()) path = Checkpointer(checkpoints, 1).latest();
-    if (path) {
-      trainer.resume(*path);
-    } else {
-      log::info("--resume: no complete checkpoint in {}; starting from step 0", checkpoints);
-    }
-  }
-  RunResult result = trainer.train();
-  if (std::isfinite(result.test_accuracy)) {
-    log::info("final test accuracy {:.2f}% after {} steps ({:.0f} s)",
-              100.0 * result.test_accuracy, result.steps, result.train_seconds);
-  }
+  if (resume_from_checkpoints) trainer.resume(*resume_from_checkpoints);
+  const RunResult result = trainer.train();
+  report_end(result, config, flags, world_size);
   return result;
 }
 

@@ -1,28 +1,36 @@
 // The training run: builds model, data, optimizer and strategy from the Config, trains by
-// epochs or max_steps, evaluates, checkpoints and resumes.
+// epochs or max_steps, evaluates, checkpoints and resumes, and stops early on a signal.
 #pragma once
 
 #include "trainer/options.h"
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace dtrain::trainer {
 
 struct RunFlags {
-  // Resume: "" = the newest complete checkpoint of this run, if any; else that directory.
+  // Resume: "" = the newest checkpoint of this run that loads, if any; else that checkpoint
+  // or run directory.
   std::optional<std::string> resume;
   // Build everything, print the plan, train nothing.
   bool dry_run = false;
+  // The command line (argv), for the command that resumes a run stopped by a signal.
+  std::vector<std::string> command;
 };
 
 struct RunResult {
   int64_t steps = 0;
   double test_accuracy = 0.0;  // NaN when not evaluated
   double test_loss = 0.0;
-  double train_seconds = 0.0;
+  double train_seconds = 0.0;  // over every session of the run
+  // The signal that stopped the run before its last step (signals.h), or 0.
+  int stop_signal = 0;
 };
 
+// Throws UserError before anything is written when the run directory holds a run and
+// `flags` does not resume it.
 RunResult run_training(const Config& config, const RunFlags& flags);
 
 }  // namespace dtrain::trainer

@@ -343,6 +343,15 @@ int max_over_world(int value) {
   return result;
 }
 
+std::string mpi_library_version() {
+  // One of the few MPI calls allowed before MPI_Init.
+  char text[MPI_MAX_LIBRARY_VERSION_STRING];
+  int length = 0;
+  DTRAIN_MPI_CHECK(MPI_Get_library_version(text, &length));
+  const std::string version(text);  // NUL-terminated; `length` may count trailing NULs
+  return version.substr(0, version.find_first_of("\r\n"));
+}
+
 std::unique_ptr<Communicator> make_mpi_world(double timeout_s) {
   init_world();
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, timeout_s);

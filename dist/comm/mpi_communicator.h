@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 
 namespace dtrain::dist {
 
@@ -36,6 +37,9 @@ std::optional<WorldInfo> started_world();
 // The largest `value` over all ranks of the world (blocking, unbounded: for agreeing on an
 // exit code at the end of a run, when every rank is known to be alive).
 int max_over_world(int value);
+
+// The MPI library's own version line ("Open MPI v4.1.4, package: ..."). Needs no started MPI.
+std::string mpi_library_version();
 
 // The world's communicator, each wait bounded by `timeout_s` seconds.
 std::unique_ptr<Communicator> make_mpi_world(double timeout_s);

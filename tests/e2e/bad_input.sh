@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bad input ends in one clear line and exit code 2: config mistakes, missing and corrupt
-# dataset files, impossible batch sizes.   usage: bad_input.sh TRAINER SOURCE_DIR
+# dataset files, impossible batch sizes, no --config, a run directory that holds a run, a
+# damaged checkpoint.   usage: bad_input.sh TRAINER SOURCE_DIR
 set -uo pipefail
 trainer=$1
 tmp=$(mktemp -d)
@@ -20,33 +21,61 @@ expect_failure() {
   fi
 }
 
+# Every key at its default, and the runs in the temporary directory.
+: >"$tmp/defaults.toml"
+cfg=(--config "$tmp/defaults.toml" --set run.out_dir="$tmp/runs")
+
+expect_failure "no --config" "--config is required to train" --
 printf '[optim]\nlrr = 0.1\n' >"$tmp/typo.toml"
 expect_failure "unknown key" "typo.toml:2: optim.lrr: unknown key (did you mean optim.lr?)" -- \
   --config "$tmp/typo.toml"
 expect_failure "bad override" "--set data.batch_size: expected an integer, got a string" -- \
-  --set data.batch_size=many
+  "${cfg[@]}" --set data.batch_size=many
 expect_failure "missing dataset" 'data.path "/nonexistent/fmnist": does not exist' -- \
-  --set data.path=/nonexistent/fmnist --set train.max_steps=1
+  "${cfg[@]}" --set data.path=/nonexistent/fmnist --set train.max_steps=1
 expect_failure "dataset path that is a file" 'data.path "/etc/hostname": not a folder' -- \
-  --set data.path=/etc/hostname --set train.max_steps=1
+  "${cfg[@]}" --set data.path=/etc/hostname --set train.max_steps=1
 
 mkdir -p "$tmp/truncated"
 for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
   gzip -dc "/usr/share/datasets/fashion-mnist/$f.gz" | head -c 5000 >"$tmp/truncated/$f"
 done
 expect_failure "truncated dataset" "truncated" -- \
-  --set data.path="$tmp/truncated" --set train.max_steps=1
+  "${cfg[@]}" --set data.path="$tmp/truncated" --set train.max_steps=1
 
 expect_failure "ZeRO stage 2" "ZeRO stage 2 is not available" -- \
-  --set dist.strategy=zero --set dist.zero.stage=2
+  "${cfg[@]}" --set dist.strategy=zero --set dist.zero.stage=2
 expect_failure "batch larger than the dataset" "exceeds the 60000 training samples" -- \
-  --set data.batch_size=100000 --set train.max_steps=1 --set run.device=cpu
+  "${cfg[@]}" --set data.batch_size=100000 --set train.max_steps=1 --set run.device=cpu
 command -v nvidia-smi >/dev/null || expect_failure "cuda on a machine without it" "no CUDA device is usable" -- \
-  --set run.device=cuda --set train.max_steps=1 --set run.out_dir="$tmp/runs"
+  "${cfg[@]}" --set run.device=cuda --set train.max_steps=1
 # Kineto comes only with CUDA builds of LibTorch (the CPU machines have Debian's).
 command -v nvidia-smi >/dev/null || expect_failure "profiling without Kineto" \
   "run.profile_steps: profiling needs a LibTorch with Kineto" -- \
-  --set run.profile_steps=2 --set train.max_steps=3 --set run.out_dir="$tmp/runs"
+  "${cfg[@]}" --set run.profile_steps=2 --set train.max_steps=3
+
+# A run directory that holds a run is refused before anything is written into it.
+mkdir -p "$tmp/runs/taken"
+echo '[run]' >"$tmp/runs/taken/config.toml"
+expect_failure "run directory holds a run" \
+  "$tmp/runs/taken already holds a run; pass --resume to continue it or choose another run.name" \
+  -- "${cfg[@]}" --set run.name=taken --set train.max_steps=1
+if [ "$(ls "$tmp/runs/taken")" != config.toml ]; then
+  echo "FAIL run directory holds a run: written into: $(ls "$tmp/runs/taken")"
+  failures=$((failures + 1))
+fi
+
+# A damaged optimizer state: one line naming the file, not torch's stack trace.
+small=("${cfg[@]}" --set run.name=damaged --set run.device=cpu --set train.max_steps=2
+  --set data.batch_size=8 --set model.width=4 --set data.num_workers=0)
+if "$trainer" "${small[@]}" >"$tmp/out" 2>&1; then
+  checkpoint="$tmp/runs/damaged/checkpoints/step_00000002"
+  truncate -s 100 "$checkpoint/optimizer.pt"
+  expect_failure "damaged optimizer.pt" "$checkpoint/optimizer.pt: damaged, does not load" -- \
+    "${small[@]}" --resume "$checkpoint"
+else
+  echo "FAIL a 2-step run for the damaged checkpoint:"; cat "$tmp/out"; failures=$((failures + 1))
+fi
 
 [ "$failures" -eq 0 ] && echo "bad input: all cases exit 2 with one clear line"
 exit "$failures"

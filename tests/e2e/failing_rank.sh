@@ -24,7 +24,8 @@ done
 bad="$tmp/images/train/b/3.png"
 echo "not a PNG" >"$bad"
 
-args=(--set run.device=cpu --set run.out_dir="$tmp/runs" --set model.name=simple_cnn
+: >"$tmp/defaults.toml"
+args=(--config "$tmp/defaults.toml" --set run.device=cpu --set run.out_dir="$tmp/runs" --set model.name=simple_cnn
   --set data.dataset=image_folder --set data.path="$tmp/images" --set data.image_size=16
   --set data.batch_size=2 --set data.eval_batch_size=2 --set data.num_workers=0
   --set train.epochs=1 --set dist.strategy=ddp)

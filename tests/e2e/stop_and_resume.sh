@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# A run stopped by a signal checkpoints where it stands, prints the command that resumes it and
+# exits with 128 + the signal; that command then finishes the run, each step's metrics record
+# written once. One rank (SIGINT: 130), 2 ranks under scripts/mpirun.sh (SIGTERM, which reaches
+# the ranks as SIGUSR1: 143) and under plain mpirun (SIGUSR1, which Open MPI forwards: 138).
+#   usage: ... TRAINER SOURCE_DIR
+set -uo pipefail
+trainer=$1 source=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+args=(--config "$source/configs/fashion_mnist.toml" --set run.out_dir="$tmp/runs"
+  --set train.max_steps=400 --set run.log_every=10 --set data.batch_size=16 --set model.width=8
+  --set schedule.warmup_epochs=0.002)
+
+# NAME SIGNAL EXPECTED_EXIT_CODE [LAUNCHER...]
+stop_and_resume() {
+  local name=$1 signal=$2 expected=$3
+  shift 3
+  local log="$tmp/$name.log"
+  "$@" "$trainer" "${args[@]}" --set run.name="$name" >"$log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 600); do grep -q "step " "$log" && break; sleep 0.1; done
+  kill -"$signal" "$pid"
+  wait "$pid"
+  local code=$?
+  [ "$code" -eq "$expected" ] || { cat "$log"; fail "$name: exit code $code, expected $expected"; }
+  local step
+  step=$(sed -n 's/.*stopped by SIG[A-Z0-9]* at step \([0-9]*\);.*/\1/p' "$log")
+  [ -n "$step" ] && [ "$step" -lt 400 ] || { cat "$log"; fail "$name: no 'stopped by' line"; }
+  local checkpoint
+  checkpoint="$tmp/runs/$name/checkpoints/$(printf 'step_%08d' "$step")"
+  [ -f "$checkpoint/DONE" ] || { cat "$log"; fail "$name: no checkpoint at step $step"; }
+  local command
+  command=$(sed -n 's/^resume with: //p' "$log")
+  [ -n "$command" ] || { cat "$log"; fail "$name: no resume command"; }
+  echo "ok   $name: $signal stopped step $step with exit code $code; resuming: $command"
+
+  # The printed command, as printed (its mpirun as scripts/mpirun.sh, for containers).
+  eval "${command/#mpirun/$source/scripts/mpirun.sh --oversubscribe}" >"$log.resumed" 2>&1 \
+    || { cat "$log.resumed"; fail "$name: the resume command failed"; }
+  grep -q "resumed from $checkpoint at step $step" "$log.resumed" \
+    || { cat "$log.resumed"; fail "$name: did not resume from $checkpoint"; }
+  python3 - "$tmp/runs/$name/metrics.jsonl" <<'PY' || fail "$name: metrics.jsonl"
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+steps = [r["step"] for r in records if r["kind"] == "step"]
+assert steps == list(range(10, 401, 10)), f"step records {steps}"
+assert [r["step"] for r in records if r["kind"] == "final"] == [400], "one final record"
+PY
+  echo "ok   $name: resumed to step 400, each step's record once"
+}
+
+stop_and_resume one_rank INT 130
+stop_and_resume two_ranks TERM 143 "$source/scripts/mpirun.sh" -np 2 --oversubscribe
+stop_and_resume plain_mpirun USR1 138 env OMPI_ALLOW_RUN_AS_ROOT=1 \
+  OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none \
+  mpirun -np 2 --oversubscribe

@@ -1,0 +1,69 @@
+#include "trainer/run_dir.h"
+
+#include "common/error.h"
+#include "trainer/checkpoint.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+
+namespace fs = std::filesystem;
+
+namespace dtrain::trainer {
+
+namespace {
+
+// Whether `path` is `dir` or lies below it.
+bool inside(const fs::path& path, const fs::path& dir) {
+  const fs::path a = fs::weakly_canonical(path);
+  const fs::path b = fs::weakly_canonical(dir);
+  auto mismatch = std::mismatch(b.begin(), b.end(), a.begin(), a.end());
+  return mismatch.first == b.end();
+}
+
+ResumeFrom run_checkpoints(const fs::path& run_dir) {
+  const std::string dir = (run_dir / "checkpoints").string();
+  return {Checkpointer(dir, 0).complete(), true, dir};
+}
+
+}  // namespace
+
+std::string run_dir_of(const Config& config) {
+  return (fs::path(config.run.out_dir) / config.run.name).string();
+}
+
+bool holds_run(const std::string& dir) {
+  for (const char* name : {"config.toml", "metrics.jsonl", "train.log", "checkpoints"}) {
+    if (fs::exists(fs::path(dir) / name)) return true;
+  }
+  return false;
+}
+
+void check_run_dir(const std::string& run_dir, const std::optional<std::string>& resume) {
+  if (!holds_run(run_dir)) return;
+  if (!resume) {
+    throw UserError(fmt::format("{} already holds a run; pass --resume to continue it or choose "
+                                "another run.name",
+                                run_dir));
+  }
+  if (!resume->empty() && !inside(*resume, run_dir)) {
+    throw UserError(fmt::format("{} already holds a run, and --resume {} continues another "
+                                "one; choose another run.name to branch from it there",
+                                run_dir, *resume));
+  }
+}
+
+ResumeFrom resume_from(const std::string& run_dir, const std::string& path) {
+  if (path.empty()) return run_checkpoints(run_dir);
+  if (fs::exists(fs::path(path) / "DONE")) return {{path}, false, ""};
+  if (fs::is_directory(fs::path(path) / "checkpoints") || holds_run(path)) {
+    return run_checkpoints(path);
+  }
+  throw UserError(fmt::format("--resume {}: neither a complete checkpoint (no DONE) nor a run "
+                              "directory (no checkpoints/); pass a checkpoints/step_N directory "
+                              "or a run directory",
+                              path));
+}
+
+}  // namespace dtrain::trainer

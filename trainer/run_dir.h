@@ -1,0 +1,37 @@
+// A run's directory (run.out_dir/run.name): a run never writes into another run's directory,
+// and `--resume` finds the checkpoints to continue from. Filesystem only: callable on every
+// rank before MPI starts, so a refused run costs nothing and writes nothing.
+#pragma once
+
+#include "trainer/options.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dtrain::trainer {
+
+// run.out_dir/run.name
+std::string run_dir_of(const Config& config);
+
+// Whether `dir` holds a run: a config.toml, metrics.jsonl, train.log or checkpoints/.
+bool holds_run(const std::string& dir);
+
+// Throws UserError when this run would write into a directory that holds another run:
+// without --resume (`resume` empty) whenever `run_dir` holds a run; with --resume PATH where
+// PATH lies outside `run_dir` (a branch from another run's checkpoint), likewise.
+void check_run_dir(const std::string& run_dir, const std::optional<std::string>& resume);
+
+// The checkpoints `--resume [PATH]` offers, in the order to try them.
+struct ResumeFrom {
+  std::vector<std::string> checkpoints;  // complete checkpoint directories
+  bool fall_back = false;  // on one that does not load, say so and try the next
+  std::string where;       // the checkpoints directory searched ("" for a single checkpoint)
+};
+
+// `path` empty (bare --resume): the complete checkpoints of `run_dir`, newest first, with
+// fall-back; a checkpoint directory: that one alone; a run directory: its complete checkpoints,
+// newest first, with fall-back. Throws UserError for a path that is none of these.
+ResumeFrom resume_from(const std::string& run_dir, const std::string& path);
+
+}  // namespace dtrain::trainer

@@ -1,0 +1,88 @@
+#include "trainer/signals.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstring>
+#include <iterator>
+
+namespace dtrain::trainer {
+
+namespace {
+
+constexpr int kSignals[] = {SIGINT, SIGTERM, SIGUSR1};
+constexpr int kNumSignals = sizeof(kSignals) / sizeof(kSignals[0]);
+
+std::atomic<int> g_received{0};
+static_assert(std::atomic<int>::is_always_lock_free, "a handler may touch only lock-free atomics");
+
+extern "C" void record_signal(int signal) {
+  int none = 0;
+  g_received.compare_exchange_strong(none, signal);
+}
+
+struct sigaction g_previous[kNumSignals];
+
+// Arguments a shell takes as they are; anything else is single-quoted.
+std::string shell_quote(const std::string& arg) {
+  const bool plain = !arg.empty() && arg.find_first_not_of(
+                                         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                         "0123456789_-./=:,+@%") == std::string::npos;
+  if (plain) return arg;
+  std::string quoted = "'";
+  for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+}  // namespace
+
+StopSignals::StopSignals() {
+  g_received = 0;
+  struct sigaction action {};
+  action.sa_handler = record_signal;
+  sigemptyset(&action.sa_mask);
+  // SA_RESETHAND: the second signal of a kind ends the process. SA_RESTART: system calls the
+  // signal interrupts (reads, MPI's polls) resume instead of failing with EINTR.
+  action.sa_flags = SA_RESETHAND | SA_RESTART;
+  for (int i = 0; i < kNumSignals; ++i) sigaction(kSignals[i], &action, &g_previous[i]);
+}
+
+StopSignals::~StopSignals() {
+  for (int i = 0; i < kNumSignals; ++i) sigaction(kSignals[i], &g_previous[i], nullptr);
+}
+
+int StopSignals::received() { return g_received.load(); }
+
+const std::vector<int>& stop_signals() {
+  static const std::vector<int> signals(std::begin(kSignals), std::end(kSignals));
+  return signals;
+}
+
+int stop_exit_code(int signal) { return 128 + signal; }
+
+std::string signal_name(int signal) {
+  switch (signal) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    default: return fmt::format("signal {}", signal);
+  }
+}
+
+std::string resume_command(const std::vector<std::string>& command, int world_size) {
+  std::string line = world_size > 1 ? fmt::format("mpirun -np {}", world_size) : "";
+  for (size_t i = 0; i < command.size(); ++i) {
+    const std::string& arg = command[i];
+    if (arg.rfind("--resume=", 0) == 0) continue;
+    if (arg == "--resume") {
+      // Its optional value: the next argument unless that is an option.
+      if (i + 1 < command.size() && command[i + 1].rfind('-', 0) != 0) ++i;
+      continue;
+    }
+    line += (line.empty() ? "" : " ") + shell_quote(arg);
+  }
+  return line + " --resume";
+}
+
+}  // namespace dtrain::trainer
