@@ -23,6 +23,6 @@ fi
 # Every line rank 0 printed is in train.log.
 missing=$(grep -vxFf "$work/out/train.log" "$work/stdout.log" || true)
 [ -z "$missing" ] || { echo "FAIL: printed but not in train.log:"; echo "$missing"; exit 1; }
-grep -q '^dtrain |' "$work/out/train.log" || { echo "FAIL: no banner in train.log"; exit 1; }
+grep -q '^dtrain [0-9.]* | LibTorch' "$work/out/train.log" || { echo "FAIL: no banner in train.log"; exit 1; }
 grep -q 'final test accuracy' "$work/out/train.log" || { echo "FAIL: no result in train.log"; exit 1; }
 echo "output: $(wc -l <"$work/stdout.log") plain lines printed, all in train.log"
