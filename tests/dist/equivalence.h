@@ -151,14 +151,17 @@ inline Net copy_of(Net& trained) {
   return copy;
 }
 
-// An empty directory `name`, made by rank 0 (the ranks share a filesystem); the caller orders
-// later reads after it with a collective.
+// An empty directory for `name`, made by rank 0 (the ranks share a filesystem); the caller
+// orders later reads after it with a collective. Named per world size and device: CTest runs
+// the np2, np3 and np4 variants (and the NCCL ones) of a file at the same time.
 inline std::string fresh_directory(const std::string& name) {
+  const std::string dir =
+      name + "_np" + std::to_string(world()->size()) + "_" + device().str();
   if (world()->rank() == 0) {
-    std::filesystem::remove_all(name);
-    std::filesystem::create_directories(name);
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
   }
-  return name;
+  return dir;
 }
 
 // The value of the stat `name`; fails the test when the strategy does not report it.
