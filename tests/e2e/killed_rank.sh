@@ -3,12 +3,7 @@
 # naming it, under each strategy; the checkpoints written before stay loadable.
 #   usage: killed_rank.sh TRAINER SOURCE_DIR
 set -uo pipefail
-trainer=$1
-source_dir=$2
-data=/usr/share/datasets/fashion-mnist
-[ -d "$data" ] || { echo "skipped: no Fashion-MNIST at $data"; exit 77; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/lib/fashion_mnist.sh"
 
 for strategy in ddp zero; do
   name=killed_$strategy

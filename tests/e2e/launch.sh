@@ -4,12 +4,7 @@
 # (DTRAIN_RANKS_PER_NODE=1) train and report their layout.
 #   usage: launch.sh TRAINER SOURCE_DIR
 set -euo pipefail
-trainer=$1
-source_dir=$2
-data=/usr/share/datasets/fashion-mnist
-[ -d "$data" ] || { echo "skipped: no Fashion-MNIST at $data"; exit 77; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/lib/fashion_mnist.sh"
 run() {  # NAME MPIRUN_ARGS... -- extra trainer args
   local name=$1
   shift

@@ -4,12 +4,7 @@
 # the start-up banner and the progress lines included.
 #   usage: output.sh TRAINER SOURCE_DIR
 set -euo pipefail
-trainer=$1
-source_dir=$2
-data=/usr/share/datasets/fashion-mnist
-[ -d "$data" ] || { echo "skipped: no Fashion-MNIST at $data"; exit 77; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/lib/fashion_mnist.sh"
 
 "$source_dir/scripts/mpirun.sh" -np 2 --oversubscribe "$trainer" \
   --config "$source_dir/configs/fashion_mnist.toml" --set run.out_dir="$work" \

@@ -3,12 +3,7 @@
 # installed; otherwise the one-line hint naming the package, and a non-zero exit.
 #   usage: plot_run.sh TRAINER SOURCE_DIR
 set -uo pipefail
-trainer=$1
-source_dir=$2
-data=/usr/share/datasets/fashion-mnist
-[ -d "$data" ] || { echo "skipped: no Fashion-MNIST at $data"; exit 77; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/lib/fashion_mnist.sh"
 for lr in 0.05 0.1; do
   "$trainer" --config "$source_dir/configs/fashion_mnist.toml" --set run.out_dir="$work" \
     --set run.name="lr$lr" --set optim.lr=$lr --set train.max_steps=4 --set run.log_every=2 \

@@ -4,12 +4,7 @@
 # communication track, the latter starting before its step's backward ends when it overlaps.
 #   usage: timeline.sh TRAINER SOURCE_DIR
 set -euo pipefail
-trainer=$1
-source_dir=$2
-data=/usr/share/datasets/fashion-mnist
-[ -d "$data" ] || { echo "skipped: no Fashion-MNIST at $data"; exit 77; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/lib/fashion_mnist.sh"
 "$source_dir/scripts/mpirun.sh" -np 2 --oversubscribe "$trainer" \
   --config "$source_dir/configs/fashion_mnist.toml" --set run.out_dir="$work" \
   --set run.name=traced --set run.trace=true --set train.max_steps=5 --set data.batch_size=8 \
