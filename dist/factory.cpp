@@ -1,6 +1,7 @@
 #include "dist/factory.h"
 
 #include "dist/ddp/ddp.h"
+#include "dist/ps/ps.h"
 #include "dist/single.h"
 #include "dist/zero/zero.h"
 
@@ -23,6 +24,9 @@ std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
     return std::make_unique<DdpStrategy>(options.ddp, world);
   }
   if (options.strategy == StrategyKind::kZero) return std::make_unique<ZeroStrategy>(world);
+  if (options.strategy == StrategyKind::kPs) {
+    return std::make_unique<PsStrategy>(options.ps, world, options.timeout_s);
+  }
   throw UserError(fmt::format("dist.strategy: \"{}\" is not available in this build",
                               strategy_name(options.strategy)));
 }

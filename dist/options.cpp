@@ -38,21 +38,62 @@ FieldErrors ZeroOptions::validate() const {
   return errors;
 }
 
+void PsOptions::declare(OptionSpecs& keys) {
+  keys.add("placement", &placement,
+           "colocated: every worker also serves a shard; dedicated: dist.ps.servers extra ranks "
+           "(the last) serve and take no data")
+      .one_of({"colocated", "dedicated"});
+  keys.add("servers", &servers, "server ranks under placement = \"dedicated\"").range(1, 4096);
+  keys.add("chunk_mb", &chunk_mb, "MiB of parameters per chunk, the unit of placement")
+      .range(1e-6, 4096.0);
+  keys.add("consistency", &consistency,
+           "bsp: each step reads the last step's updates; ssp: at most `staleness` steps "
+           "behind; async: each push applied on arrival")
+      .one_of({"bsp", "ssp", "async"});
+  keys.add("staleness", &staleness, "ssp: steps a worker may run ahead of the slowest")
+      .range(0, 1000000);
+}
+
+FieldErrors PsOptions::validate() const { return check_declared(*this); }
+
 void DistOptions::declare(OptionSpecs& keys) {
   keys.add("strategy", &strategy, kStrategyNames,
-           "how ranks cooperate: single (one rank), ddp (data parallel) or zero (data "
-           "parallel, optimizer state sharded over the ranks)");
+           "how ranks cooperate: single (one rank), ddp (data parallel), zero (data "
+           "parallel, optimizer state sharded over the ranks) or ps (parameter server)");
   keys.add("timeout_s", &timeout_s,
            "bound on any collective; a rank that never joins ends the job")
       .range(1.0, 86400.0);
   keys.add_section("ddp", ddp);
   keys.add_section("zero", zero);
+  keys.add_section("ps", ps);
 }
 
 FieldErrors DistOptions::validate(const DistContext& context) const {
   FieldErrors errors = check_declared(*this);
   for (FieldError& error : ddp.validate()) errors.push_back({"ddp." + error.key, error.problem});
   for (FieldError& error : zero.validate()) errors.push_back({"zero." + error.key, error.problem});
+  for (FieldError& error : ps.validate()) errors.push_back({"ps." + error.key, error.problem});
+  if (strategy == StrategyKind::kPs) {
+    // A worker's pushes of a step are applied when its step() arrives: every step must end
+    // in one, and nothing may make the workers wait on each other between steps.
+    if (context.fp16_loss_scaling) {
+      errors.push_back({"strategy", "fp16 loss scaling (train.precision = \"fp16\") is not "
+                                    "available with \"ps\" (a step skipped for overflow would "
+                                    "leave the servers waiting); use train.precision = \"bf16\""});
+    }
+    if (context.skip_nonfinite) {
+      errors.push_back({"strategy", "train.nonfinite = \"skip\" is not available with \"ps\" "
+                                    "(a skipped step would leave the servers waiting); use "
+                                    "\"stop\""});
+    }
+    if (context.sync_batchnorm && ps.consistency != "bsp") {
+      errors.push_back({"ps.consistency",
+                        fmt::format("\"{}\" with model.sync_batchnorm: SyncBatchNorm makes every "
+                                    "forward wait for every worker; use \"bsp\" or turn "
+                                    "SyncBatchNorm off",
+                                    ps.consistency)});
+    }
+  }
   if (strategy == StrategyKind::kZero && context.fp16_loss_scaling) {
     errors.push_back({"strategy", "fp16 loss scaling (train.precision = \"fp16\") is not "
                                   "available with \"zero\" (each rank sees only its own "

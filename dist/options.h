@@ -41,10 +41,28 @@ struct ZeroOptions {
   FieldErrors validate() const;
 };
 
+// [dist.ps]: the sharded parameter server (dist/ps/ps.h).
+struct PsOptions {
+  // "colocated": every worker also serves a shard; "dedicated": `servers` extra ranks (the
+  // last ones) serve and take no data.
+  std::string placement = "colocated";
+  int64_t servers = 1;
+  // Parameters are cut into chunks of at most this many MiB, placed on servers by bytes.
+  double chunk_mb = 4.0;
+  // "bsp": every step reads every update of the step before; "ssp": a worker at step c reads
+  // every update of steps <= c - staleness - 1, and waits otherwise; "async": servers apply
+  // each worker's push on arrival, each at lr / workers.
+  std::string consistency = "bsp";
+  int64_t staleness = 2;
+
+  void declare(OptionSpecs& keys);
+  FieldErrors validate() const;
+};
+
 // How ranks cooperate. Each strategy's options are the subsection named after it.
-enum class StrategyKind { kSingle, kDdp, kZero };
+enum class StrategyKind { kSingle, kDdp, kZero, kPs };
 // The config names of the strategies, in the order of StrategyKind.
-inline constexpr std::array<const char*, 3> kStrategyNames = {"single", "ddp", "zero"};
+inline constexpr std::array<const char*, 4> kStrategyNames = {"single", "ddp", "zero", "ps"};
 inline const char* strategy_name(StrategyKind kind) {
   return kStrategyNames[static_cast<size_t>(kind)];
 }
@@ -53,16 +71,21 @@ inline const char* strategy_name(StrategyKind kind) {
 struct DistContext {
   // Dynamic loss scaling (train.precision = "fp16"): the overflow check reads every gradient.
   bool fp16_loss_scaling = false;
+  // train.nonfinite = "skip": a step may end without an update.
+  bool skip_nonfinite = false;
+  // model.sync_batchnorm: every forward is a collective over the workers.
+  bool sync_batchnorm = false;
 };
 
 struct DistOptions {
   // "single": one rank, no communication; "ddp": data parallel; "zero": data parallel with
-  // sharded optimizer state.
+  // sharded optimizer state; "ps": workers and a sharded parameter server.
   StrategyKind strategy = StrategyKind::kSingle;
   // Upper bound on any collective; a rank that never joins ends the job after this long.
   double timeout_s = 300.0;
   DdpOptions ddp;
   ZeroOptions zero;
+  PsOptions ps;
 
   void declare(OptionSpecs& keys);
   // The declared ranges and choices, the subsections' checks, and what the chosen strategy

@@ -85,6 +85,9 @@ class Strategy {
   virtual void step(double lr) = 0;
   // Before evaluation: make the model this rank evaluates consistent with the other ranks'.
   virtual void before_eval() {}
+  // After the last step (and the last evaluation and checkpoint), on every worker: completes
+  // the strategy's communication; servers return from serve().
+  virtual void finish() {}
 
   // ---- State.
   // The model's consolidated state: every parameter and buffer whole, under the model's

@@ -118,4 +118,16 @@ bool set_grad_norm_reducer(torch::optim::Optimizer& optimizer, SquaredNormReduce
   return true;
 }
 
+bool set_norm_reducer(torch::optim::Optimizer& optimizer, NormReducer reducer) {
+  if (auto* lamb = dynamic_cast<Lamb*>(&optimizer)) {
+    lamb->set_norm_reducer(std::move(reducer));
+    return true;
+  }
+  if (auto* lars = dynamic_cast<Lars*>(&optimizer)) {
+    lars->set_norm_reducer(std::move(reducer));
+    return true;
+  }
+  return false;
+}
+
 }  // namespace dtrain::optim

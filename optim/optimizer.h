@@ -28,4 +28,8 @@ void set_lr(torch::optim::Optimizer& optimizer, double lr);
 // optimizers only through the factory.
 bool set_grad_norm_reducer(torch::optim::Optimizer& optimizer, SquaredNormReducer reducer);
 
+// Installs the reducer of per-tensor squared norms (trust_ratio.h) on an optimizer with
+// trust ratios (LARS, LAMB); returns whether it did.
+bool set_norm_reducer(torch::optim::Optimizer& optimizer, NormReducer reducer);
+
 }  // namespace dtrain::optim

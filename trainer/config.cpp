@@ -202,6 +202,8 @@ void validate_sections(const Config& config, const toml::table& root,
   report(config.schedule.validate(), "schedule", root, unread, problems);
   dist::DistContext dist_context;
   dist_context.fp16_loss_scaling = config.train.precision == "fp16";
+  dist_context.skip_nonfinite = config.train.nonfinite == "skip";
+  dist_context.sync_batchnorm = config.model.sync_batchnorm;
   report(config.dist.validate(dist_context), "dist", root, unread, problems);
   report(config.dist.unused_keys(), "dist", root, unread, warnings);
 

@@ -330,6 +330,7 @@ class Trainer {
 
   RunResult finish() {
     progress_.end_line();
+    s_.strategy->finish();
     write_timeline();
     const double seconds = train_seconds_before_ + seconds_since(session_start_);
     const int signal = step_ < s_.total_steps ? stop_signal_ : 0;

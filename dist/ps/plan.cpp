@@ -1,0 +1,142 @@
+#include "dist/ps/plan.h"
+
+#include "common/error.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+namespace dtrain::dist {
+
+namespace {
+
+// Buckets of whole tensors in reverse registration order (backward's order, near enough),
+// each closed once it holds a chunk's worth.
+Layout bucket_layout(const std::vector<int64_t>& numels, int64_t chunk_numel) {
+  Layout layout;
+  BucketLayout bucket;
+  for (int64_t i = static_cast<int64_t>(numels.size()) - 1; i >= 0; --i) {
+    bucket.params.push_back(i);
+    bucket.offsets.push_back(bucket.numel);
+    bucket.numel += numels[i];
+    if (bucket.numel >= chunk_numel) {
+      layout.push_back(std::move(bucket));
+      bucket = BucketLayout();
+    }
+  }
+  if (!bucket.params.empty()) layout.push_back(std::move(bucket));
+  return layout;
+}
+
+// Placement units: single chunks, or with `keep_tensors_whole` runs of chunks that continue
+// one tensor (a chunk whose first piece starts inside its tensor continues the one before).
+std::vector<std::vector<int64_t>> placement_groups(const PsPlan& plan, bool keep_tensors_whole) {
+  std::vector<std::vector<int64_t>> groups;
+  for (const PsPiece& piece : plan.pieces) {
+    if (piece.chunk_offset != 0) continue;  // each chunk's first piece
+    if (keep_tensors_whole && piece.param_offset > 0) {
+      groups.back().push_back(piece.chunk);
+    } else {
+      groups.push_back({piece.chunk});
+    }
+  }
+  return groups;
+}
+
+}  // namespace
+
+std::vector<int64_t> PsPlan::chunks_of(int server) const {
+  std::vector<int64_t> ids;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    if (chunks[c].server == server) ids.push_back(static_cast<int64_t>(c));
+  }
+  return ids;
+}
+
+std::vector<int64_t> PsPlan::server_numel() const {
+  std::vector<int64_t> numel(servers, 0);
+  for (const PsChunk& chunk : chunks) numel[chunk.server] += chunk.numel;
+  return numel;
+}
+
+std::string PsPlan::describe(const std::vector<std::string>& names,
+                             int64_t element_size) const {
+  const auto mib = [element_size](int64_t numel) {
+    return static_cast<double>(numel * element_size) / (1 << 20);
+  };
+  const std::vector<int64_t> load = server_numel();
+  const int64_t total = std::accumulate(load.begin(), load.end(), int64_t{0});
+  const int64_t most = *std::max_element(load.begin(), load.end());
+  std::string text = fmt::format(
+      "ps plan: {} tensors, {:.2f} MiB in {} chunks on {} server(s); the most loaded holds "
+      "{:.3f}x an even share\n",
+      names.size(), mib(total), chunks.size(), servers,
+      total > 0 ? static_cast<double>(most) * servers / static_cast<double>(total) : 1.0);
+  for (int s = 0; s < servers; ++s) {
+    text += fmt::format("  server {}: {} chunks, {:.2f} MiB\n", s, chunks_of(s).size(),
+                        mib(load[s]));
+  }
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    std::string held;
+    for (const PsPiece& piece : pieces) {
+      if (piece.chunk != static_cast<int64_t>(c)) continue;
+      held += fmt::format(" {}[{}:{}]", names.at(piece.param), piece.param_offset,
+                          piece.param_offset + piece.numel);
+    }
+    text += fmt::format("  chunk {} -> server {} ({} elements):{}\n", c, chunks[c].server,
+                        chunks[c].numel, held);
+  }
+  return text;
+}
+
+PsPlan make_ps_plan(const std::vector<int64_t>& numels, int servers, int64_t chunk_numel,
+                    bool keep_tensors_whole) {
+  DTRAIN_CHECK(servers >= 1 && chunk_numel >= 1, "ps plan: {} servers, chunks of {} elements",
+               servers, chunk_numel);
+  PsPlan plan;
+  plan.servers = servers;
+  plan.layout = bucket_layout(numels, chunk_numel);
+  for (size_t b = 0; b < plan.layout.size(); ++b) {
+    const BucketLayout& bucket = plan.layout[b];
+    plan.first_chunk.push_back(static_cast<int64_t>(plan.chunks.size()));
+    // Equal chunks rather than full ones and a remainder: evener placement.
+    const int64_t count = (bucket.numel + chunk_numel - 1) / chunk_numel;
+    int64_t offset = 0;
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t numel = bucket.numel / count + (k < bucket.numel % count ? 1 : 0);
+      const int64_t chunk = static_cast<int64_t>(plan.chunks.size());
+      plan.chunks.push_back({static_cast<int64_t>(b), offset, numel, 0});
+      for (size_t i = 0; i < bucket.params.size(); ++i) {
+        const int64_t begin = std::max(offset, bucket.offsets[i]);
+        const int64_t end = std::min(offset + numel, bucket.offsets[i] + numels[bucket.params[i]]);
+        if (begin >= end) continue;
+        plan.pieces.push_back(
+            {bucket.params[i], chunk, begin - bucket.offsets[i], begin - offset, end - begin});
+      }
+      offset += numel;
+    }
+  }
+  plan.first_chunk.push_back(static_cast<int64_t>(plan.chunks.size()));
+
+  // LPT: the heaviest group first, onto the least loaded server.
+  std::vector<std::vector<int64_t>> groups = placement_groups(plan, keep_tensors_whole);
+  std::vector<int64_t> weight(groups.size(), 0);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (const int64_t c : groups[g]) weight[g] += plan.chunks[c].numel;
+  }
+  std::vector<size_t> order(groups.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return weight[a] > weight[b]; });
+  std::vector<int64_t> load(servers, 0);
+  for (const size_t g : order) {
+    const int server =
+        static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    load[server] += weight[g];
+    for (const int64_t c : groups[g]) plan.chunks[c].server = server;
+  }
+  return plan;
+}
+
+}  // namespace dtrain::dist

@@ -1,0 +1,57 @@
+// How the parameter server splits a model (Li et al. 2014; placement as BytePS learned it):
+// the trainable parameters, in the order backward produces their gradients, fill buckets of
+// about one chunk each (whole tensors); each bucket is cut into chunks of at most
+// `chunk_numel` elements, so a large tensor spans several chunks. Chunks are placed on the
+// servers by bytes, largest first onto the least loaded server (LPT), ties to the lower
+// index: deterministic, and within one largest chunk of perfect balance. Round-robin or
+// hashed placement is what left one server of TensorFlow's and BytePS's with most of the
+// load. With `keep_tensors_whole`, the chunks that share a tensor go to one server together
+// (async training: each server then computes whole-tensor norms alone).
+#pragma once
+
+#include "dist/reducer.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dtrain::dist {
+
+struct PsChunk {
+  int64_t bucket = 0;  // the worker's gradient bucket it is cut from
+  int64_t offset = 0;  // element offset in that bucket
+  int64_t numel = 0;
+  int server = 0;
+};
+
+// Where a chunk and a parameter overlap: elements [param_offset, param_offset + numel) of
+// the parameter (in memory order) are elements [chunk_offset, ...) of the chunk.
+struct PsPiece {
+  int64_t param = 0;
+  int64_t chunk = 0;
+  int64_t param_offset = 0;
+  int64_t chunk_offset = 0;
+  int64_t numel = 0;
+};
+
+struct PsPlan {
+  Layout layout;                // the workers' gradient buckets, in launch order
+  std::vector<PsChunk> chunks;  // by bucket, then offset; a chunk's id is its index
+  std::vector<int64_t> first_chunk;  // bucket b holds chunks [first_chunk[b], first_chunk[b+1])
+  std::vector<PsPiece> pieces;  // by chunk, then offset
+  int servers = 1;
+
+  // Chunk ids placed on `server`, ascending.
+  std::vector<int64_t> chunks_of(int server) const;
+  // Elements placed on each server.
+  std::vector<int64_t> server_numel() const;
+  // The plan as printed at start and stored with checkpoints: a summary line, the load of
+  // each server, and every chunk with the tensors it holds.
+  std::string describe(const std::vector<std::string>& names, int64_t element_size) const;
+};
+
+// `numels`: the trainable parameters' element counts, in registration order.
+PsPlan make_ps_plan(const std::vector<int64_t>& numels, int servers, int64_t chunk_numel,
+                    bool keep_tensors_whole);
+
+}  // namespace dtrain::dist

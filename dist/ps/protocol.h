@@ -1,0 +1,61 @@
+// The parameter server's messages: MPI point-to-point on a communicator of all ranks, host
+// tensors. Messages between one worker and one server under one tag arrive in the order they
+// were sent (MPI's non-overtaking rule), so pushes and parameter messages need no sequence
+// numbers: the k-th push of a chunk is the worker's k-th step.
+//   worker -> server  push_tag(c)    chunk c's gradient, [numel]
+//   worker -> server  kControlTag    a Control, float64 [3]
+//   server -> worker  params_tag(c)  chunk c's parameters after `version` updates,
+//                                    [header + numel] (write_version below)
+//   both ways         kStateTag      bytes: optimizer state for checkpoints and resumes
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace dtrain::dist::ps {
+
+constexpr int kControlTag = 0;
+constexpr int kStateTag = 1;
+inline int push_tag(int64_t chunk) { return static_cast<int>(2 + 2 * chunk); }
+inline int params_tag(int64_t chunk) { return static_cast<int>(3 + 2 * chunk); }
+
+enum class Command : int64_t {
+  kStep = 1,    // the worker's pushes of step `clock` are complete; apply them at lr `value`
+  kPull = 2,    // send me every chunk you hold, as it is now
+  kSendState = 3,  // send me your optimizer state (kStateTag)
+  kLoadState = 4,  // your parameters and optimizer state follow (kStateTag); acknowledge
+  kDone = 5,       // this worker has finished
+};
+
+struct Control {
+  Command command = Command::kStep;
+  int64_t clock = 0;
+  double value = 0.0;
+
+  torch::Tensor encode() const {
+    return torch::tensor({static_cast<double>(command), static_cast<double>(clock), value},
+                         torch::kFloat64);
+  }
+  static Control decode(const torch::Tensor& message) {
+    const double* v = message.data_ptr<double>();
+    return {static_cast<Command>(static_cast<int64_t>(v[0])), static_cast<int64_t>(v[1]), v[2]};
+  }
+};
+
+// A parameter message starts with the chunk's version (updates applied to it), an int64 in
+// the first 8 bytes of the tensor, whatever its floating dtype.
+inline int64_t header_numel(torch::ScalarType dtype) {
+  return 8 / static_cast<int64_t>(c10::elementSize(dtype));
+}
+inline void write_version(torch::Tensor& message, int64_t version) {
+  std::memcpy(message.data_ptr(), &version, sizeof(version));
+}
+inline int64_t read_version(const torch::Tensor& message) {
+  int64_t version = 0;
+  std::memcpy(&version, message.data_ptr(), sizeof(version));
+  return version;
+}
+
+}  // namespace dtrain::dist::ps

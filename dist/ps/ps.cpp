@@ -1,0 +1,568 @@
+#include "dist/ps/ps.h"
+
+#include "common/error.h"
+#include "common/log.h"
+#include "dist/coalesced.h"
+#include "dist/comm/mpi_communicator.h"
+#include "dist/optimizer_state.h"
+#include "dist/ps/piece_state.h"
+#include "dist/ps/protocol.h"
+#include "dist/ps/state_message.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <thread>
+
+namespace dtrain::dist {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kMiB = 1024.0 * 1024.0;
+
+Consistency consistency_of(const std::string& name) {
+  if (name == "ssp") return Consistency::kSsp;
+  if (name == "async") return Consistency::kAsync;
+  return Consistency::kBsp;
+}
+
+// Points `param` (the module's own tensor) at `flat`'s storage from `offset`, keeping its
+// strides: elements in memory order, as its gradient lies in a bucket.
+void move_into(torch::Tensor& param, const torch::Tensor& flat, int64_t offset) {
+  torch::Tensor view = flat.as_strided(param.sizes(), param.strides(), offset);
+  view.copy_(param);
+  param.set_(flat.storage(), flat.storage_offset() + offset, param.sizes(), param.strides());
+}
+
+}  // namespace
+
+// A bucket's pushes, one send per chunk. Waiting polls this rank's server: its peers' pushes
+// may need it to take theirs first.
+class PsStrategy::PushWork : public Work {
+ public:
+  PushWork(PsStrategy& owner, std::vector<std::unique_ptr<Work>> sends, torch::Tensor held)
+      : owner_(owner), sends_(std::move(sends)), held_(std::move(held)),
+        started_(owner.workers_comm_->now()) {}
+
+  bool test() override {
+    owner_.poll_server();
+    for (auto& send : sends_) {
+      if (!send->test()) return false;
+    }
+    if (!finished_) finished_ = owner_.workers_comm_->now();
+    return true;
+  }
+  void wait() override {
+    owner_.wait_until([this] { return test(); }, [] {
+      return std::string("pushing gradients: a server did not take them");
+    });
+  }
+  std::shared_ptr<const TimePoint> started() const override { return started_; }
+  std::shared_ptr<const TimePoint> finished() const override { return finished_; }
+  int source() const override { return -1; }
+
+ private:
+  PsStrategy& owner_;
+  std::vector<std::unique_ptr<Work>> sends_;
+  torch::Tensor held_;  // the host copy MPI reads
+  std::shared_ptr<const TimePoint> started_, finished_;
+};
+
+PsStrategy::PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, double timeout_s)
+    : options_(std::move(options)),
+      consistency_(consistency_of(options_.consistency)),
+      world_(std::move(world)),
+      timeout_s_(timeout_s),
+      current_(0, 1),
+      last_(0, 1) {
+  const int ranks = world_->size();
+  const int rank = world_->rank();
+  const bool dedicated = options_.placement == "dedicated";
+  num_servers_ = dedicated ? static_cast<int>(options_.servers) : ranks;
+  num_workers_ = dedicated ? ranks - num_servers_ : ranks;
+  if (num_workers_ < 1) {
+    throw UserError(fmt::format(
+        "dist.ps.servers = {} dedicated servers leave no worker among {} rank(s); start more "
+        "ranks (workers + servers) or use dist.ps.placement = \"colocated\"",
+        num_servers_, ranks));
+  }
+  is_worker_ = rank < num_workers_;
+  worker_index_ = is_worker_ ? rank : 0;
+  const bool is_server = !dedicated || !is_worker_;
+  const std::unique_ptr<Communicator> mpi_world = make_mpi_world(timeout_s_);
+  requests_ = mpi_world->dup();
+  replies_ = mpi_world->dup();
+  workers_comm_ = mpi_world->split(is_worker_ ? 0 : 1, rank);
+  std::shared_ptr<Communicator> servers = mpi_world->split(is_server ? 0 : 1, rank);
+  if (world_->device().is_cpu()) {
+    data_comm_ = workers_comm_;
+  } else {
+    data_comm_ = dedicated ? std::shared_ptr<Communicator>(world_->split(is_worker_ ? 0 : 1, rank))
+                           : world_;
+  }
+  if (is_server) {
+    // The server's setup is finished in attach(), which knows the model.
+    PsServerSetup setup;
+    setup.index = dedicated ? rank - num_workers_ : rank;
+    for (int w = 0; w < num_workers_; ++w) setup.worker_ranks.push_back(w);
+    setup.consistency = consistency_;
+    setup.requests = requests_;
+    setup.replies = replies_;
+    setup.servers = servers;
+    setup.timeout_s = timeout_s_;
+    server_setup_ = std::move(setup);
+  }
+  current_ = StepComm(requests_->rank(), requests_->size(), requests_->now());
+}
+
+PsStrategy::~PsStrategy() = default;
+
+DataGroup PsStrategy::data_group() const {
+  if (!is_worker_) return {0, 0, nullptr};
+  return {worker_index_, num_workers_, data_comm_};
+}
+
+int PsStrategy::server_rank(int server) const {
+  return options_.placement == "dedicated" ? num_workers_ + server : server;
+}
+
+void PsStrategy::serve() { server_->serve(); }
+
+void PsStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) {
+  model_ = &model;
+  make_optimizer_ = make_optimizer;
+  for (const auto& item : model.named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    names_.push_back(item.key());
+    params_.push_back(item.value());
+  }
+  buffers_ = model.buffers();
+  DTRAIN_CHECK(!params_.empty(), "dist.strategy = \"ps\": the model has no trainable parameters");
+  for (size_t i = 1; i < params_.size(); ++i) {
+    if (params_[i].scalar_type() != params_.front().scalar_type()) {
+      throw UserError(fmt::format(
+          "dist.strategy = \"ps\" needs every parameter in one dtype: {} is {}, {} is {}",
+          names_.front(), c10::toString(params_.front().scalar_type()), names_[i],
+          c10::toString(params_[i].scalar_type())));
+    }
+  }
+  {  // Every rank, servers too, starts from rank 0's model.
+    std::vector<torch::Tensor> state = params_;
+    state.insert(state.end(), buffers_.begin(), buffers_.end());
+    torch::NoGradGuard no_grad;
+    if (world_->size() > 1) broadcast_coalesced(*world_, state, 0);
+  }
+
+  std::vector<int64_t> numels;
+  for (const torch::Tensor& param : params_) numels.push_back(param.numel());
+  const int64_t element_size = static_cast<int64_t>(params_.front().element_size());
+  const int64_t chunk_numel =
+      std::max<int64_t>(1, static_cast<int64_t>(options_.chunk_mb * kMiB) / element_size);
+  // Async servers apply pushes independently: each computes its tensors' norms alone.
+  plan_ = make_ps_plan(numels, num_servers_, chunk_numel, consistency_ == Consistency::kAsync);
+  const std::string described = plan_.describe(names_, element_size);
+  if (world_->rank() == 0) {
+    const size_t summary_end = described.find("  chunk ");
+    log::info("{} workers, {} consistency{}; {}", num_workers_, options_.consistency,
+              consistency_ == Consistency::kSsp
+                  ? fmt::format(" (staleness {})", options_.staleness)
+                  : std::string(),
+              described.substr(0, summary_end == std::string::npos ? described.size()
+                                                                   : summary_end));
+    log::debug("{}", described);
+  }
+
+  if (server_setup_) {
+    server_setup_->plan = &plan_;
+    server_ = std::make_unique<PsServer>(*server_setup_, params_, names_, make_optimizer_);
+  }
+  if (!is_worker_) return;
+
+  const size_t chunks = plan_.chunks.size();
+  version_.assign(chunks, 0);
+  received_.assign(chunks, 0);
+  expected_.assign(chunks, 0);
+  read_version_.assign(chunks, 0);
+  bucket_of_first_param_.assign(params_.size(), -1);
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t b = 0; b < plan_.layout.size(); ++b) {
+      const BucketLayout& bucket = plan_.layout[b];
+      torch::Tensor flat = torch::zeros({bucket.numel}, params_.front().options().requires_grad(false));
+      for (size_t i = 0; i < bucket.params.size(); ++i) {
+        move_into(params_[bucket.params[i]], flat, bucket.offsets[i]);
+      }
+      bucket_of_first_param_[bucket.params.front()] = static_cast<int64_t>(b);
+      param_flat_.push_back(flat);
+    }
+  }
+  ReducerOptions reducer;
+  reducer.owner = "ps";
+  reducer.find_unused = true;  // a parameter without gradient pushes zeros
+  reducer_ = std::make_unique<GradientReducer>(params_, names_, workers_comm_,
+                                               static_cast<CommHook&>(*this), reducer,
+                                               plan_.layout);
+}
+
+void PsStrategy::poll_server() {
+  if (server_) server_->poll();
+}
+
+void PsStrategy::wait_until(const std::function<bool()>& done,
+                            const std::function<std::string()>& what) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
+  for (int polls = 0; !done(); ++polls) {
+    poll_server();
+    if (Clock::now() > deadline) {
+      log::error("rank {}: ps: {} within dist.timeout_s = {} s; ending the job", error_rank(),
+                 what(), timeout_s_);
+      abort_world(3);
+    }
+    // Spin briefly, then leave the core to the ranks that have work.
+    if (polls > 200) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+void PsStrategy::wait_polling(Work& work, const std::string& what) {
+  wait_until([&work] { return work.test(); }, [&what] { return what; });
+}
+
+void PsStrategy::reduce_metrics(torch::Tensor values, ReduceOp op) {
+  if (num_workers_ == 1) return;
+  torch::Tensor host = values.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous();
+  std::unique_ptr<Work> work = workers_comm_->all_reduce(host, ReduceOp::kSum);
+  wait_polling(*work, "reducing metrics: a worker did not join");
+  if (op == ReduceOp::kAverage) host.div_(num_workers_);
+  values.copy_(host);
+}
+
+std::unique_ptr<Work> PsStrategy::launch(Bucket& bucket) {
+  const int64_t b = bucket_of_first_param_.at(bucket.layout.params.front());
+  const torch::Tensor host = bucket.flat.device().is_cpu() ? bucket.flat : bucket.flat.cpu();
+  std::vector<std::unique_ptr<Work>> sends;
+  for (int64_t c = plan_.first_chunk[b]; c < plan_.first_chunk[b + 1]; ++c) {
+    const PsChunk& chunk = plan_.chunks[c];
+    sends.push_back(requests_->send(host.narrow(0, chunk.offset, chunk.numel),
+                                   server_rank(chunk.server), ps::push_tag(c)));
+    if (consistency_ == Consistency::kAsync) ++expected_[c];
+  }
+  return std::make_unique<PushWork>(*this, std::move(sends), host);
+}
+
+bool PsStrategy::take_params(int64_t chunk) {
+  const PsChunk& where = plan_.chunks[chunk];
+  std::optional<Envelope> envelope =
+      replies_->iprobe(server_rank(where.server), ps::params_tag(chunk));
+  if (!envelope) return false;
+  const int64_t header = ps::header_numel(params_.front().scalar_type());
+  torch::Tensor message = torch::empty({header + where.numel},
+                                       params_.front().options().device(torch::kCPU));
+  std::unique_ptr<Work> work = replies_->recv_probed(*envelope, message);
+  work->wait();
+  const int64_t version = ps::read_version(message);
+  if (consistency_ == Consistency::kAsync && received_[chunk] < expected_[chunk]) {
+    // An answer to a push made from version read_version_: the pushes applied in between
+    // were other workers'.
+    staleness_ = std::max(staleness_, version - 1 - read_version_[chunk]);
+  }
+  ++received_[chunk];
+  version_[chunk] = version;
+  {
+    torch::NoGradGuard no_grad;
+    param_flat_[where.bucket].narrow(0, where.offset, where.numel)
+        .copy_(message.narrow(0, header, where.numel));
+  }
+  current_.add(Collective::kRecv, Traffic::kParameters,
+               where.numel * static_cast<int64_t>(message.element_size()), std::move(work),
+               server_rank(where.server));
+  return true;
+}
+
+void PsStrategy::send_control(int server, int64_t command, double value) {
+  const ps::Control control{static_cast<ps::Command>(command), clock_, value};
+  torch::Tensor message = control.encode();
+  control_sends_.push_back(requests_->send(message, server_rank(server), ps::kControlTag));
+  control_messages_.push_back(message);
+}
+
+void PsStrategy::before_forward(int64_t step) {
+  (void)step;
+  if (first_forward_) {
+    commit_load();
+    first_forward_ = false;
+  }
+  const auto start = Clock::now();
+  const size_t chunks = plan_.chunks.size();
+  // Take every version that has arrived (the freshest parameters), then wait for what the
+  // consistency requires.
+  const int64_t required = consistency_ == Consistency::kBsp   ? clock_
+                           : consistency_ == Consistency::kSsp ? clock_ - options_.staleness
+                                                               : 0;
+  for (size_t c = 0; c < chunks; ++c) {
+    while (take_params(static_cast<int64_t>(c))) {
+    }
+    const auto fresh = [&, c] {
+      return consistency_ == Consistency::kAsync ? received_[c] >= expected_[c]
+                                                 : version_[c] >= required;
+    };
+    wait_until([&, c] { return fresh() || (take_params(static_cast<int64_t>(c)) && fresh()); },
+               [&, c] {
+                 return fmt::format("worker {} at step {} waited for chunk {} from server {} "
+                                    "(rank {})",
+                                    worker_index_, clock_, c, plan_.chunks[c].server,
+                                    server_rank(plan_.chunks[c].server));
+               });
+  }
+  wait_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  if (consistency_ != Consistency::kAsync) {
+    const int64_t oldest = *std::min_element(version_.begin(), version_.end());
+    staleness_ = clock_ - oldest;
+  }
+  read_version_ = version_;
+}
+
+void PsStrategy::before_backward(bool last_micro_step) {
+  reducer_->before_backward(last_micro_step);
+}
+
+void PsStrategy::after_backward(bool last_micro_step) {
+  reducer_->after_backward(last_micro_step, current_);
+}
+
+void PsStrategy::step(double lr) {
+  for (int s = 0; s < num_servers_; ++s) {
+    send_control(s, static_cast<int64_t>(ps::Command::kStep), lr);
+  }
+  reducer_->after_step();
+  ++clock_;
+  // The control messages are small: sent by now or soon; keep those still in flight.
+  for (size_t i = 0; i < control_sends_.size();) {
+    if (control_sends_[i]->test()) {
+      control_sends_.erase(control_sends_.begin() + static_cast<int64_t>(i));
+      control_messages_.erase(control_messages_.begin() + static_cast<int64_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  poll_server();
+  last_ = std::move(current_);
+  current_ = StepComm(requests_->rank(), requests_->size(), requests_->now());
+  last_wait_ms_ = wait_ms_;
+  wait_ms_ = 0.0;
+  last_staleness_ = staleness_;
+  max_staleness_ = std::max(max_staleness_, staleness_);
+  if (consistency_ == Consistency::kAsync) staleness_ = 0;
+}
+
+void PsStrategy::barrier_polling() {
+  if (num_workers_ == 1) return;
+  torch::Tensor token = torch::zeros({1}, torch::kFloat32);
+  std::unique_ptr<Work> work = workers_comm_->all_reduce(token, ReduceOp::kSum);
+  wait_polling(*work, "at a barrier of the workers: a worker did not join");
+}
+
+void PsStrategy::sync_point() {
+  if (!is_worker_) return;
+  commit_load();
+  const size_t chunks = plan_.chunks.size();
+  const auto all_fresh = [&] {
+    for (size_t c = 0; c < chunks; ++c) {
+      while (take_params(static_cast<int64_t>(c))) {
+      }
+      const bool fresh = consistency_ == Consistency::kAsync ? received_[c] >= expected_[c]
+                                                             : version_[c] >= clock_;
+      if (!fresh) return false;
+    }
+    return true;
+  };
+  const auto what = [&] {
+    return fmt::format("worker {} waited for every update of step {}", worker_index_, clock_);
+  };
+  wait_until(all_fresh, what);
+  if (consistency_ == Consistency::kAsync) {
+    // Every worker's last push has been applied once all are here: pull the result.
+    barrier_polling();
+    for (int s = 0; s < num_servers_; ++s) send_control(s, static_cast<int64_t>(ps::Command::kPull));
+    for (size_t c = 0; c < chunks; ++c) ++expected_[c];
+    wait_until(all_fresh, what);
+  }
+  // Until every worker is here, a server may still owe a worker its chunks.
+  barrier_polling();
+  average_buffers();
+}
+
+void PsStrategy::average_buffers() {
+  if (num_workers_ == 1) return;
+  torch::NoGradGuard no_grad;
+  for (torch::Tensor& buffer : buffers_) {
+    if (!buffer.is_floating_point()) continue;  // BatchNorm's step count: the same everywhere
+    torch::Tensor host = buffer.to(torch::kCPU, false, true).contiguous();
+    std::unique_ptr<Work> work = workers_comm_->all_reduce(host, ReduceOp::kSum);
+    wait_polling(*work, "averaging BatchNorm statistics: a worker did not join");
+    buffer.copy_(host.div_(num_workers_));
+  }
+}
+
+NamedTensors PsStrategy::model_state() {
+  sync_point();
+  return module_state(*model_);
+}
+
+void PsStrategy::load_model_state(const NamedTensors& state) {
+  copy_state(state, module_state(*model_));
+  load_pending_ = load_pending_ || worker_index_ == 0;
+}
+
+void PsStrategy::load(const std::string& dir) {
+  if (worker_index_ != 0) return;
+  // Only rank 0 reads; the servers receive their pieces at the next forward or sync point,
+  // once every worker has agreed the checkpoint loads (trainer/resume.cpp).
+  std::unique_ptr<torch::optim::Optimizer> whole = make_optimizer_(params_);
+  load_optimizer_state(dir, params_, 0, static_cast<int64_t>(params_.size()), make_optimizer_,
+                       *whole);
+  whole_ = std::move(whole);
+  load_pending_ = true;
+}
+
+void PsStrategy::commit_load() {
+  if (num_workers_ > 1) {
+    torch::Tensor pending = torch::tensor({load_pending_ && worker_index_ == 0 ? 1.0f : 0.0f});
+    std::unique_ptr<Work> work = workers_comm_->broadcast(pending, 0);
+    wait_polling(*work, "agreeing on a resume: rank 0 did not join");
+    load_pending_ = pending.item<float>() > 0;
+  }
+  if (!load_pending_) return;
+  load_pending_ = false;
+  if (worker_index_ == 0) {
+    std::vector<torch::Tensor> flat;
+    for (const torch::Tensor& param : params_) flat.push_back(to_memory_order(param.detach(), param).cpu());
+    for (int s = 0; s < num_servers_; ++s) {
+      ps::StateMessage message;
+      int64_t numel = 0;
+      for (const int64_t c : plan_.chunks_of(s)) numel += plan_.chunks[c].numel;
+      message.params = torch::empty({numel}, flat.front().options());
+      int64_t chunk_start = 0, last_chunk = -1;
+      for (const PsPiece& piece : plan_.pieces) {
+        if (plan_.chunks[piece.chunk].server != s) continue;
+        if (piece.chunk != last_chunk) {
+          if (last_chunk >= 0) chunk_start += plan_.chunks[last_chunk].numel;
+          last_chunk = piece.chunk;
+        }
+        message.params.narrow(0, chunk_start + piece.chunk_offset, piece.numel)
+            .copy_(flat[piece.param].narrow(0, piece.param_offset, piece.numel));
+        const torch::Tensor& param = params_[piece.param];
+        const torch::optim::OptimizerParamState* state =
+            whole_ ? find_state(*whole_, param) : nullptr;
+        const std::vector<int64_t> shape = param.dim() <= 1
+                                               ? std::vector<int64_t>{piece.numel}
+                                               : std::vector<int64_t>{piece.numel, 1};
+        message.pieces.push_back(
+            state ? fields_to_bytes(slice_fields(state_fields(*state), param, piece.param_offset,
+                                                 piece.numel, shape))
+                  : std::string());
+      }
+      send_control(s, static_cast<int64_t>(ps::Command::kLoadState));
+      torch::Tensor bytes = ps::encode(message);
+      std::unique_ptr<Work> sent = requests_->send(bytes, server_rank(s), ps::kStateTag);
+      wait_polling(*sent, fmt::format("sending server {} its state", s));
+      receive_state(s);  // the acknowledgement
+    }
+    whole_.reset();
+  }
+  barrier_polling();  // no worker pushes before every server has its state
+}
+
+torch::Tensor PsStrategy::receive_state(int server) {
+  std::optional<Envelope> envelope;
+  wait_until(
+      [&] { return (envelope = replies_->iprobe(server_rank(server), ps::kStateTag)).has_value(); },
+      [&] { return fmt::format("waited for the state of server {}", server); });
+  torch::Tensor bytes = torch::empty({envelope->bytes}, torch::kUInt8);
+  replies_->recv_probed(*envelope, bytes)->wait();
+  return bytes;
+}
+
+void PsStrategy::prepare_checkpoint() {
+  sync_point();
+  if (worker_index_ != 0) return;
+  // Rank 0 assembles whole tensors' states from every server's pieces.
+  std::vector<std::vector<std::pair<int64_t, StateFields>>> pieces_of(params_.size());
+  for (int s = 0; s < num_servers_; ++s) {
+    send_control(s, static_cast<int64_t>(ps::Command::kSendState));
+    const ps::StateMessage message = ps::decode(receive_state(s), torch::Tensor());
+    size_t i = 0;
+    for (const PsPiece& piece : plan_.pieces) {
+      if (plan_.chunks[piece.chunk].server != s) continue;
+      DTRAIN_CHECK(i < message.pieces.size(), "ps: server {} sent the state of {} pieces", s,
+                   message.pieces.size());
+      if (!message.pieces[i].empty()) {
+        pieces_of[piece.param].emplace_back(piece.param_offset,
+                                            fields_from_bytes(message.pieces[i]));
+      }
+      ++i;
+    }
+  }
+  whole_ = make_optimizer_(params_);
+  std::vector<std::unique_ptr<torch::optim::OptimizerParamState>> states =
+      prototype_states(make_optimizer_, params_);
+  for (size_t p = 0; p < params_.size(); ++p) {
+    if (pieces_of[p].empty() || !states[p]) continue;
+    std::sort(pieces_of[p].begin(), pieces_of[p].end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<StateFields> fields;
+    std::vector<int64_t> offsets;
+    for (auto& [offset, piece] : pieces_of[p]) {
+      offsets.push_back(offset);
+      fields.push_back(std::move(piece));
+    }
+    set_state_fields(*states[p], join_fields(fields, offsets, params_[p]));
+    put_state(*whole_, params_[p], std::move(states[p]));
+  }
+}
+
+void PsStrategy::save(const std::string& dir) const {
+  DTRAIN_CHECK(whole_ != nullptr, "ps: save() without prepare_checkpoint() on every rank");
+  save_optimizer(*whole_, dir);
+  std::ofstream plan(dir + "/ps_plan.txt");
+  plan << plan_.describe(names_, static_cast<int64_t>(params_.front().element_size()));
+  if (!plan) throw UserError(fmt::format("{}/ps_plan.txt: cannot write", dir));
+}
+
+void PsStrategy::finish() {
+  if (!is_worker_) return;
+  sync_point();
+  for (int s = 0; s < num_servers_; ++s) send_control(s, static_cast<int64_t>(ps::Command::kDone));
+  wait_until(
+      [&] {
+        for (auto& send : control_sends_) {
+          if (!send->test()) return false;
+        }
+        return !server_ || server_->finished();
+      },
+      [] { return std::string("finishing: a server did not hear from every worker"); });
+  control_sends_.clear();
+  control_messages_.clear();
+}
+
+void PsStrategy::pause(double seconds) {
+  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < end) {
+    poll_server();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+Stats PsStrategy::stats() const {
+  Stats stats = {{"memory/optimizer_state_mb", server_ ? server_->optimizer_state_mb() : 0.0},
+                 {"ps/wait_ms", last_wait_ms_},
+                 {"ps/staleness", static_cast<double>(last_staleness_)},
+                 {"ps/staleness_max", static_cast<double>(max_staleness_)}};
+  if (!last_.empty()) {
+    for (Stat& stat : last_.stats()) stats.push_back(std::move(stat));
+  }
+  return stats;
+}
+
+}  // namespace dtrain::dist

@@ -1,0 +1,156 @@
+// The `ps` strategy: workers and a sharded parameter server (Li et al. 2014), with the
+// consistency of your choice: BSP, SSP(k) (Ho et al. 2013) or async.
+//
+// Roles. Placement "colocated": every rank is a worker and serves one shard; "dedicated":
+// the last dist.ps.servers ranks only serve (CPU, fp32 master weights and optimizer state)
+// and take no data. The plan (dist/ps/plan.h) cuts the parameters into chunks and places
+// them on the servers by bytes.
+//
+// A worker's step:
+//   before_forward  takes the parameters the servers have sent and, if they are too old,
+//                   waits for newer ones: bsp, every update of the steps before; ssp(k),
+//                   every update of the steps up to k + 1 back; async, the answers to its
+//                   own last push;
+//   backward        the gradient reducer's hooks push each bucket's chunks to their servers
+//                   as soon as the bucket is complete: pushes overlap backward;
+//   step(lr)        tells every server that its pushes of the step are complete, and at
+//                   which lr; the servers apply them (dist/ps/server.h) and send the chunks
+//                   back. The worker's own optimizer does nothing: it has none.
+//
+// Progress. Servers run no thread of their own: a colocated server is polled by its worker
+// wherever the worker waits (for parameters, pushes, metrics, a straggler's pause) and from
+// its gradient hooks; a dedicated server polls in serve(). So no MPI call ever comes from two
+// threads, and a server's work is ordered with its worker's.
+//
+// Sync points: evaluation, checkpoints and the end of training wait until every update of
+// every step taken is in every worker's model (async: after a barrier, a pull), so the
+// model evaluated and saved is the servers' and the same on every worker. BatchNorm running
+// statistics stay local to each worker between sync points and are averaged over the
+// workers at each (a collective per forward would undo SSP's point).
+//
+// Checkpoints hold whole tensors: model.pt, and optimizer.pt assembled from the servers'
+// pieces, as single and ddp write them, so a run resumes on any number of servers, workers
+// or strategies, and ps resumes from theirs.
+#pragma once
+
+#include "dist/options.h"
+#include "dist/ps/plan.h"
+#include "dist/ps/server.h"
+#include "dist/reducer.h"
+#include "dist/step_comm.h"
+#include "dist/strategy.h"
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dtrain::dist {
+
+class PsStrategy : public Strategy, private CommHook {
+ public:
+  // `world`: the world on the workers' device (NCCL on GPUs); the protocol runs over MPI.
+  PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, double timeout_s);
+  ~PsStrategy() override;
+
+  std::string name() const override { return "ps"; }
+  Role role() const override { return is_worker_ ? Role::kWorker : Role::kServer; }
+  DataGroup data_group() const override;
+  void serve() override;
+  void reduce_metrics(torch::Tensor values, ReduceOp op) override;
+
+  void attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) override;
+  void before_forward(int64_t step) override;
+  void before_backward(bool last_micro_step) override;
+  void after_backward(bool last_micro_step) override;
+  std::vector<torch::Tensor> gradient_owners() override { return params_; }
+  void step(double lr) override;
+  void before_eval() override { sync_point(); }
+  void finish() override;
+  // Idle for `seconds` (a straggler on demand), serving meanwhile.
+  void pause(double seconds);
+
+  NamedTensors model_state() override;
+  void load_model_state(const NamedTensors& state) override;
+  void prepare_checkpoint() override;
+  void save(const std::string& dir) const override;
+  void load(const std::string& dir) override;
+
+  Stats stats() const override;
+  std::vector<Span> last_step_spans() const override { return last_.spans(); }
+
+  const PsPlan& plan() const { return plan_; }
+  // Steps between the parameters the last forward read and the step it computed (bsp: 0;
+  // ssp(k): at most k; async: other workers' pushes applied between a read and the push).
+  int64_t last_staleness() const { return last_staleness_; }
+
+ private:
+  class PushWork;
+
+  // CommHook: a complete bucket's chunks go to their servers.
+  std::unique_ptr<Work> launch(Bucket& bucket) override;
+  Collective collective() const override { return Collective::kSend; }
+
+  int server_rank(int server) const;  // in requests_ and replies_
+  void poll_server();
+  // Polls until `done`; past dist.timeout_s the job ends with `what()`.
+  void wait_until(const std::function<bool()>& done, const std::function<std::string()>& what);
+  void wait_polling(Work& work, const std::string& what);
+  // Takes one parameter message of `chunk`, if one has arrived.
+  bool take_params(int64_t chunk);
+  void send_control(int server, int64_t command, double value = 0.0);
+  void sync_point();
+  void barrier_polling();
+  void average_buffers();
+  void commit_load();
+  torch::Tensor receive_state(int server);
+
+  PsOptions options_;
+  Consistency consistency_;
+  std::shared_ptr<Communicator> world_;
+  double timeout_s_;
+  int num_servers_ = 1;
+  int num_workers_ = 1;
+  bool is_worker_ = true;
+  int worker_index_ = 0;
+  std::shared_ptr<Communicator> requests_;      // MPI, every rank: workers to servers
+  std::shared_ptr<Communicator> replies_;       // MPI, every rank: servers to workers
+  std::shared_ptr<Communicator> workers_comm_;  // MPI, the workers: metrics, barriers
+  std::shared_ptr<Communicator> data_comm_;     // the workers on their device: SyncBatchNorm
+
+  torch::nn::Module* model_ = nullptr;
+  std::vector<torch::Tensor> params_;
+  std::vector<std::string> names_;
+  std::vector<torch::Tensor> buffers_;
+  OptimizerFactory make_optimizer_;
+  PsPlan plan_;
+  std::optional<PsServerSetup> server_setup_;  // on server ranks, until attach()
+  std::unique_ptr<PsServer> server_;
+
+  // Worker: the parameters as views of one flat tensor per bucket (the gradient layout).
+  std::vector<torch::Tensor> param_flat_;
+  std::vector<int64_t> bucket_of_first_param_;
+  std::unique_ptr<GradientReducer> reducer_;
+  std::vector<int64_t> version_;   // per chunk: updates in this worker's copy
+  std::vector<int64_t> received_;  // per chunk: parameter messages taken
+  std::vector<int64_t> expected_;  // per chunk, async: answers due (pushes and pulls)
+  std::vector<int64_t> read_version_;  // per chunk: what the last forward read
+  std::vector<std::unique_ptr<Work>> control_sends_;
+  std::vector<torch::Tensor> control_messages_;
+  int64_t clock_ = 0;  // steps taken since attach
+  bool first_forward_ = true;
+
+  // Resuming: rank 0's whole optimizer, read by load() and sent to the servers at the next
+  // sync point or forward.
+  std::unique_ptr<torch::optim::Optimizer> whole_;
+  bool load_pending_ = false;
+
+  // Stats.
+  StepComm current_, last_;
+  double wait_ms_ = 0.0, last_wait_ms_ = 0.0;
+  int64_t staleness_ = 0, last_staleness_ = 0, max_staleness_ = 0;
+};
+
+}  // namespace dtrain::dist

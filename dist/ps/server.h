@@ -1,0 +1,120 @@
+// One parameter server: the fp32 (or the model's dtype) master copy of the chunks the plan
+// places on it, an optimizer over their pieces, and the consistency rule that decides when
+// the workers' pushes are applied:
+//   bsp, ssp  a round per step: once every worker has pushed step t's gradients and sent its
+//             step message, their average is applied in one optimizer step at that step's
+//             lr, and the chunks go to every worker. The rounds are those of BSP whatever
+//             the staleness: SSP differs only in what the workers wait for (dist/ps/ps.h).
+//   async     each worker's complete push (all of its chunks here, and its step message) is
+//             one optimizer step at lr / workers, answered to that worker alone.
+// Pushes are summed in worker order, so a round is reproducible bit for bit.
+//
+// LARS's and LAMB's norms are those of whole tensors although a tensor's pieces lie in
+// several chunks and on several servers: each round, the servers add up their pieces'
+// squared norms per tensor in one all-reduce (bsp and ssp). Async places each tensor on one
+// server, which then needs nobody.
+//
+// The server never blocks its caller for long: poll() takes what has arrived, applies what is
+// complete and returns. A dedicated server rank runs serve(); a colocated one is polled by
+// its worker wherever the worker waits and from its gradient hooks (dist/ps/ps.h).
+#pragma once
+
+#include "dist/comm/communicator.h"
+#include "dist/ps/plan.h"
+#include "dist/strategy.h"
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dtrain::dist {
+
+enum class Consistency { kBsp, kSsp, kAsync };
+
+struct PsServerSetup {
+  const PsPlan* plan = nullptr;
+  int index = 0;                  // which server of the plan
+  std::vector<int> worker_ranks;  // in `comm`, in worker order
+  Consistency consistency = Consistency::kBsp;
+  // MPI, every rank, two matching spaces: `requests` carries what workers send (the server
+  // takes any message there), `replies` what servers send (a colocated worker takes its own).
+  std::shared_ptr<Communicator> requests;
+  std::shared_ptr<Communicator> replies;
+  std::shared_ptr<Communicator> servers;  // MPI, the servers: the norms of split tensors
+  double timeout_s = 300.0;
+};
+
+class PsServer {
+ public:
+  // `params`: the model's trainable parameters (any device), whose values the chunks start
+  // from; `names` for messages.
+  PsServer(PsServerSetup setup, const std::vector<torch::Tensor>& params,
+           std::vector<std::string> names, const OptimizerFactory& make_optimizer);
+  ~PsServer();
+  PsServer(const PsServer&) = delete;
+  PsServer& operator=(const PsServer&) = delete;
+
+  // Takes what has arrived and applies what is complete. Returns quickly (a round's norm
+  // all-reduce over the servers excepted).
+  void poll();
+  // Polls until every worker has finished (a dedicated server's life).
+  void serve();
+  // Every worker has finished and every message sent has been received.
+  bool finished() const;
+
+  int64_t version() const { return version_; }
+  // Elements of parameters held here.
+  int64_t numel() const { return params_.numel(); }
+  double optimizer_state_mb() const;
+
+ private:
+  struct Outgoing {
+    std::unique_ptr<Work> work;
+    torch::Tensor buffer;  // what MPI reads until the send completes
+  };
+
+  // Receives every message that has arrived (matched probes: no receive stays posted, so
+  // nothing is pending when the job ends).
+  void take_arrivals();
+  void handle_control(size_t worker, const torch::Tensor& message);
+  bool push_complete(size_t worker) const;
+  void apply_round();
+  void apply_push(size_t worker);
+  void step_optimizer(double lr);
+  void send_chunks(const std::vector<size_t>& workers);
+  void send_state(size_t worker);
+  void load_state(size_t worker);
+  void install_norm_reducers();
+  // Sums over the servers (bsp, ssp); async: as is.
+  torch::Tensor reduce_over_servers(torch::Tensor values) const;
+  torch::Tensor buffer_for(int64_t local);  // a push buffer of local chunk `local`
+  size_t worker_of(int rank) const;
+
+  PsServerSetup s_;
+  std::vector<std::string> names_;
+  std::vector<int64_t> chunk_ids_;    // the chunks held here, ascending
+  std::vector<int64_t> local_offset_; // per chunk held: its offset in params_
+  torch::Tensor params_;              // [numel], the chunks back to back
+  torch::Tensor grads_;               // [numel], the gradients being applied
+  std::vector<torch::Tensor> pieces_; // views of params_, [n] or [n, 1] (the tensor's rank class)
+  std::vector<int64_t> piece_param_;  // model parameter of each piece
+  std::vector<int64_t> piece_offset_; // and the piece's offset in it
+  std::vector<int64_t> param_numel_;
+  std::vector<torch::Tensor> model_params_;  // shapes and strides, for checkpoints
+  OptimizerFactory make_optimizer_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+
+  // [worker][local chunk]: pushes arrived and not yet applied, oldest first.
+  std::vector<std::vector<std::deque<torch::Tensor>>> pushed_;
+  std::vector<std::vector<torch::Tensor>> free_buffers_;  // [local chunk]: for reuse
+  std::vector<std::deque<double>> step_lr_;  // [worker]: its complete pushes' lr, oldest first
+  std::vector<Outgoing> sending_;
+  std::vector<bool> worker_done_;
+  int64_t version_ = 0;  // updates applied
+  size_t next_async_ = 0;
+  std::chrono::steady_clock::time_point last_arrival_;  // for serve()'s timeout
+};
+
+}  // namespace dtrain::dist

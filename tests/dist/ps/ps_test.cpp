@@ -1,0 +1,220 @@
+// The parameter server against one process on the whole batch (tests/dist/equivalence.h):
+// BSP on N workers must take exactly the steps one process takes on the N-times batch, with
+// every optimizer (LARS's and LAMB's norms over tensors cut into chunks on several servers),
+// colocated and on dedicated server ranks, with chunks that split tensors; SSP(k) must never
+// read parameters more than k steps old, and SSP(0) is BSP; checkpoints carry the servers'
+// state to another number of servers and to and from DDP. Float64: tolerance 1e-12.
+#include "dist/ddp/ddp.h"
+#include "dist/ps/plan.h"
+#include "dist/ps/ps.h"
+
+#include "equivalence.h"
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <thread>
+
+using dtrain::dist::PsOptions;
+using dtrain::dist::PsStrategy;
+using dtrain::dist::Role;
+using namespace equivalence;
+
+namespace {
+
+// chunk_mb for chunks of `numel` float64 elements.
+double chunk_mb(int64_t numel) { return static_cast<double>(numel * 8) / (1024.0 * 1024.0); }
+
+PsOptions ps_options(const std::string& placement, int64_t servers, int64_t chunk_numel,
+                     const std::string& consistency = "bsp", int64_t staleness = 0) {
+  PsOptions options;
+  options.placement = placement;
+  options.servers = servers;
+  options.chunk_mb = chunk_mb(chunk_numel);
+  options.consistency = consistency;
+  options.staleness = staleness;
+  return options;
+}
+
+int workers(const PsOptions& options) {
+  return options.placement == "dedicated" ? world()->size() - static_cast<int>(options.servers)
+                                          : world()->size();
+}
+
+// Runs steps [from, to) on every worker of `strategy` (a server serves instead), then the
+// end-of-training sync. `between`, if set, runs on each worker after each step.
+void run(Net& net, PsStrategy& strategy, const Data& data, int64_t from, int64_t to, double lr,
+         const std::function<void(int64_t)>& between = nullptr) {
+  if (strategy.role() == Role::kServer) {
+    strategy.serve();
+    return;
+  }
+  for (int64_t step = from; step < to; ++step) {
+    train(net, strategy, data, step, step + 1, lr, 1, strategy.data_group().rank);
+    if (between) between(step);
+  }
+  strategy.finish();
+}
+
+}  // namespace
+
+TEST_CASE("ps plan: chunks cover every tensor once and balance the servers", "[dist][ps]") {
+  const std::vector<int64_t> numels = {30, 3, 100, 10, 7};
+  for (int servers = 1; servers <= 3; ++servers) {
+    for (const bool whole : {false, true}) {
+      const dtrain::dist::PsPlan plan = dtrain::dist::make_ps_plan(numels, servers, 16, whole);
+      std::vector<int64_t> covered(numels.size(), 0);
+      for (const auto& piece : plan.pieces) {
+        CHECK(piece.param_offset == covered[piece.param]);  // in order, no gap, no overlap
+        covered[piece.param] += piece.numel;
+        CHECK(piece.chunk_offset + piece.numel <= plan.chunks[piece.chunk].numel);
+      }
+      CHECK(covered == numels);
+      for (const auto& chunk : plan.chunks) CHECK(chunk.numel <= 16);
+      const std::vector<int64_t> load = plan.server_numel();
+      const int64_t most = *std::max_element(load.begin(), load.end());
+      const int64_t least = *std::min_element(load.begin(), load.end());
+      if (!whole) CHECK(most - least <= 16);  // LPT: within one chunk
+      if (whole) {  // every tensor's pieces on one server
+        for (const auto& a : plan.pieces) {
+          for (const auto& b : plan.pieces) {
+            if (a.param == b.param) CHECK(plan.chunks[a.chunk].server == plan.chunks[b.chunk].server);
+          }
+        }
+      }
+    }
+  }
+  // The same inputs, the same plan: every rank computes it alone.
+  const auto a = dtrain::dist::make_ps_plan(numels, 3, 16, false);
+  const auto b = dtrain::dist::make_ps_plan(numels, 3, 16, false);
+  for (size_t c = 0; c < a.chunks.size(); ++c) CHECK(a.chunks[c].server == b.chunks[c].server);
+}
+
+TEST_CASE("ps BSP on N workers equals one rank on the N-times batch", "[dist][ps]") {
+  const std::string name = GENERATE("sgd", "adamw", "lars", "lamb");
+  // Colocated (every rank serves), and 1 to 3 dedicated servers where a worker remains; chunks
+  // of 7 elements cut every tensor of the net, 1000 hold it whole.
+  const int n = world()->size();
+  const std::string placement = GENERATE("colocated", "dedicated");
+  const int64_t servers = GENERATE(1, 2, 3);
+  const int64_t chunk = GENERATE(7, 1000);
+  if (placement == "colocated" && servers > 1) return;
+  if (placement == "dedicated" && servers >= n) return;
+  INFO(name << ", " << placement << ", " << servers << " server(s), chunks of " << chunk);
+  const auto options = optimizer_options(name);
+  const PsOptions ps = ps_options(placement, servers, chunk);
+  const Data data = make_data(workers(ps));
+  Net reference = train_reference(data, options);
+
+  Net net = make_net(static_cast<uint64_t>(world()->rank()));  // attach() gives rank 0's
+  PsStrategy strategy(ps, world(), 60.0);
+  strategy.attach(*net, factory(options));
+  run(net, strategy, data, 0, kSteps, options.lr, [&](int64_t) {
+    CHECK(strategy.last_staleness() == 0);
+  });
+  if (strategy.role() == Role::kWorker) CHECK(max_difference(*net, *reference) < kTolerance);
+  world()->barrier();
+}
+
+TEST_CASE("ps SSP(0) is BSP, bit for bit", "[dist][ps]") {
+  const auto options = optimizer_options("lamb");
+  const Data data = make_data(world()->size());
+  Net bsp = make_net();
+  {
+    PsStrategy strategy(ps_options("colocated", 1, 7, "bsp"), world(), 60.0);
+    strategy.attach(*bsp, factory(options));
+    run(bsp, strategy, data, 0, kSteps, options.lr);
+  }
+  Net ssp = make_net();
+  PsStrategy strategy(ps_options("colocated", 1, 7, "ssp", 0), world(), 60.0);
+  strategy.attach(*ssp, factory(options));
+  run(ssp, strategy, data, 0, kSteps, options.lr);
+  CHECK(max_difference(*bsp, *ssp) == 0.0);
+}
+
+TEST_CASE("ps SSP(k) never reads parameters more than k steps old", "[dist][ps]") {
+  // Worker 1 is slowed: the others run ahead of it by up to k steps, never more.
+  const int64_t k = GENERATE(1, 2);
+  const std::string placement = GENERATE("colocated", "dedicated");
+  if (placement == "dedicated" && world()->size() < 3) return;
+  INFO("k = " << k << ", " << placement);
+  const auto options = optimizer_options("sgd");
+  const PsOptions ps = ps_options(placement, 1, 7, "ssp", k);
+  const Data data = make_data(workers(ps));
+  Net net = make_net();
+  PsStrategy strategy(ps, world(), 60.0);
+  strategy.attach(*net, factory(options));
+  int64_t most = 0;
+  const bool slow = strategy.data_group().rank == 1;
+  run(net, strategy, data, 0, kSteps, options.lr, [&](int64_t) {
+    most = std::max(most, strategy.last_staleness());
+    CHECK(strategy.last_staleness() <= k);
+    if (slow) strategy.pause(0.05);
+  });
+  // A fast worker used the slack the bound allows.
+  torch::Tensor seen = torch::tensor({static_cast<double>(most)}, torch::kFloat64);
+  world()->all_reduce(seen, dtrain::dist::ReduceOp::kSum)->wait();
+  CHECK(seen.item<double>() >= 1.0);
+  world()->barrier();
+}
+
+TEST_CASE("ps resumes on another number of servers, and to and from DDP", "[dist][ps]") {
+  const auto options = optimizer_options("adamw");
+  const int n = world()->size();
+  // ps-ps: steps 0-1 with 1 dedicated server (n - 1 workers), steps 2-3 colocated (n servers,
+  // other chunks); ddp-ps and ps-ddp: n workers throughout.
+  const std::string route = GENERATE("ps-ps", "ddp-ps", "ps-ddp");
+  INFO(route);
+  const std::string dir = fresh_directory("ps_checkpoint_test_" + route);
+  const PsOptions first_ps = route == "ps-ps" ? ps_options("dedicated", 1, 7)
+                                              : ps_options("colocated", 1, 7);
+  const int64_t first_workers = route == "ps-ps" ? n - 1 : n;
+  const Data data = make_data(n);
+  Net reference = make_net();
+  {
+    auto optimizer = dtrain::optim::make_optimizer(options, reference->parameters());
+    for (int64_t step = 0; step < kSteps; ++step) {
+      const int64_t batch = (step < 2 ? first_workers : n) * kPerRank;
+      optimizer->zero_grad();
+      torch::nn::functional::cross_entropy(reference->forward(data.x[step].narrow(0, 0, batch)),
+                                           data.y[step].narrow(0, 0, batch))
+          .backward();
+      optimizer->step();
+    }
+  }
+
+  Net net = make_net();
+  if (route == "ddp-ps") {
+    dtrain::dist::DdpStrategy ddp(dtrain::dist::DdpOptions{}, world());
+    ddp.attach(*net, factory(options));
+    train(net, ddp, data, 0, 2, options.lr);
+    save_checkpoint(ddp, dir);
+  } else {
+    PsStrategy before(first_ps, world(), 60.0);
+    before.attach(*net, factory(options));
+    if (before.role() == Role::kServer) {
+      before.serve();
+    } else {
+      train(net, before, data, 0, 2, options.lr, 1, before.data_group().rank);
+      before.prepare_checkpoint();
+      if (world()->rank() == 0) before.save(dir);
+      before.finish();
+    }
+    world()->barrier();
+  }
+
+  // attach() gives every rank rank 0's weights (a dedicated server's are not the trained ones).
+  if (route == "ps-ddp") {
+    dtrain::dist::DdpStrategy ddp(dtrain::dist::DdpOptions{}, world());
+    ddp.attach(*net, factory(options));
+    ddp.load(dir);
+    train(net, ddp, data, 2, kSteps, options.lr);
+    CHECK(max_difference(*net, *reference) < kTolerance);
+    return;
+  }
+  PsStrategy after(ps_options("colocated", 1, 5), world(), 60.0);
+  after.attach(*net, factory(options));
+  after.load(dir);
+  run(net, after, data, 2, kSteps, options.lr);
+  CHECK(max_difference(*net, *reference) < kTolerance);
+}
