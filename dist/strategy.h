@@ -85,6 +85,10 @@ class Strategy {
   virtual void step(double lr) = 0;
   // Before evaluation: make the model this rank evaluates consistent with the other ranks'.
   virtual void before_eval() {}
+  // This rank stays idle this long (a straggler made on demand), between after_backward(true)
+  // and step(). Blocking. A strategy that serves other ranks from this one (a colocated
+  // parameter server) keeps serving meanwhile.
+  virtual void pause(double seconds);
 
   // ---- State.
   // The model's consolidated state: every parameter and buffer whole, under the model's
