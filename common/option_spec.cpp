@@ -13,7 +13,10 @@ namespace dtrain {
 
 namespace {
 
-bool is_int(const OptionField& field) { return std::holds_alternative<int64_t*>(field); }
+bool is_int(const OptionField& field) {
+  return std::holds_alternative<int64_t*>(field) ||
+         std::holds_alternative<std::vector<int64_t>*>(field);
+}
 
 // Bounds of int keys print as integers, of float keys in their shortest form ("1e-06").
 std::string bound_text(double bound, bool integer) {
@@ -23,6 +26,19 @@ std::string bound_text(double bound, bool integer) {
 std::string not_one_of(const std::string& value, const std::vector<std::string>& choices) {
   return fmt::format("\"{}\" is not one of: {}{}", value, fmt::join(choices, ", "),
                      did_you_mean(value, choices));
+}
+
+// `value` (printed as `shown`) against the inclusive bounds of `spec`.
+std::string bounds_problem(const OptionSpec& spec, double value, const std::string& shown) {
+  const bool integer = is_int(spec.field);
+  if (value >= spec.min && value <= spec.max) return "";
+  if (std::isinf(spec.max)) {
+    return fmt::format("{} is below the minimum {}", shown, bound_text(spec.min, integer));
+  }
+  if (std::isinf(spec.min)) {
+    return fmt::format("{} is above the maximum {}", shown, bound_text(spec.max, integer));
+  }
+  return fmt::format("{} is outside {}", shown, spec.allowed());
 }
 
 }  // namespace
@@ -63,31 +79,27 @@ std::string OptionSpec::check() const {
     return known ? "" : not_one_of(**text, choices);
   }
   if (std::isinf(min) && std::isinf(max)) return "";
-  const bool integer = is_int(field);
-  double value = 0.0;
-  std::string shown;
   if (const auto* number = std::get_if<int64_t*>(&field)) {
-    value = static_cast<double>(**number);
-    shown = fmt::format("{}", **number);
-  } else if (const auto* real = std::get_if<double*>(&field)) {
-    value = **real;
-    shown = fmt::format("{}", value);
-    if (!std::isfinite(value)) {
+    return bounds_problem(*this, static_cast<double>(**number), fmt::format("{}", **number));
+  }
+  if (const auto* list = std::get_if<std::vector<int64_t>*>(&field)) {
+    for (const int64_t element : **list) {  // the bounds hold for each element
+      std::string problem =
+          bounds_problem(*this, static_cast<double>(element), fmt::format("{}", element));
+      if (!problem.empty()) return problem;
+    }
+    return "";
+  }
+  if (const auto* real = std::get_if<double*>(&field)) {
+    const std::string shown = fmt::format("{}", **real);
+    if (!std::isfinite(**real)) {
       const std::string bounds = allowed();
       return fmt::format("{} is not a finite number; use a value {}{}", shown,
                          bounds.front() == '[' ? "in " : "", bounds);
     }
-  } else {
-    return "";
+    return bounds_problem(*this, **real, shown);
   }
-  if (value >= min && value <= max) return "";
-  if (std::isinf(max)) {
-    return fmt::format("{} is below the minimum {}", shown, bound_text(min, integer));
-  }
-  if (std::isinf(min)) {
-    return fmt::format("{} is above the maximum {}", shown, bound_text(max, integer));
-  }
-  return fmt::format("{} is outside {}", shown, allowed());
+  return "";
 }
 
 std::string OptionSpec::set_enum(const std::string& value) const {

@@ -30,7 +30,8 @@ struct OptionSpec {
   std::string name;  // relative to its section: "lr", "bucket_mb"
   OptionField field;
   std::string help;  // one line
-  // Inclusive bounds of an int or float key. A float key with any bound must also be finite.
+  // Inclusive bounds of an int or float key, or of each element of an int list. A float key
+  // with any bound must also be finite.
   double min = -std::numeric_limits<double>::infinity();
   double max = std::numeric_limits<double>::infinity();
   // The values a string key may take; an enum key's names, in the order of its values.

@@ -2,10 +2,17 @@
 
 #include "common/error.h"
 
+#include <chrono>
+#include <thread>
+
 namespace dtrain::dist {
 
 void Strategy::serve() {
   DTRAIN_CHECK(false, "strategy {} has no server role", name());
+}
+
+void Strategy::pause(double seconds) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
 
 NamedTensors module_state(torch::nn::Module& module) {

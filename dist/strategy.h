@@ -88,6 +88,10 @@ class Strategy {
   // After the last step (and the last evaluation and checkpoint), on every worker: completes
   // the strategy's communication; servers return from serve().
   virtual void finish() {}
+  // This rank stays idle this long (a straggler made on demand), between after_backward(true)
+  // and step(). Blocking. A strategy that serves other ranks from this one (a colocated
+  // parameter server) keeps serving meanwhile.
+  virtual void pause(double seconds);
 
   // ---- State.
   // The model's consolidated state: every parameter and buffer whole, under the model's

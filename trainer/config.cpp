@@ -206,6 +206,7 @@ void validate_sections(const Config& config, const toml::table& root,
   dist_context.sync_batchnorm = config.model.sync_batchnorm;
   report(config.dist.validate(dist_context), "dist", root, unread, problems);
   report(config.dist.unused_keys(), "dist", root, unread, warnings);
+  report(config.debug.validate(), "debug", root, unread, problems);
 
   if (config.train.precision != "fp32" && config.run.device == "cpu") {
     problems.add("train.precision", source_of(root, "train.precision"),

@@ -60,6 +60,18 @@ void TrainOptions::declare(OptionSpecs& keys) {
 
 FieldErrors TrainOptions::validate() const { return check_declared(*this); }
 
+void DebugOptions::declare(OptionSpecs& keys) {
+  keys.add("slow_ranks", &slow_ranks,
+           "world ranks made stragglers: each step they idle after forward and backward "
+           "(empty: none)")
+      .at_least(0);
+  keys.add("slow_factor", &slow_factor,
+           "a slowed rank's forward and backward take this many times as long")
+      .at_least(1);
+}
+
+FieldErrors DebugOptions::validate() const { return check_declared(*this); }
+
 OptionSpecs config_keys(Config& config) {
   OptionSpecs keys;
   keys.add_section("run", config.run);
@@ -69,6 +81,7 @@ OptionSpecs config_keys(Config& config) {
   keys.add_section("optim", config.optim);
   keys.add_section("schedule", config.schedule);
   keys.add_section("dist", config.dist);
+  keys.add_section("debug", config.debug);
   return keys;
 }
 

@@ -1,5 +1,5 @@
-// Options owned by the trainer itself (config sections [run] and [train]) and the root
-// Config that gathers every module's options. Only trainer/ sees the root Config.
+// Options owned by the trainer itself (config sections [run], [train] and [debug]) and the
+// root Config that gathers every module's options. Only trainer/ sees the root Config.
 #pragma once
 
 #include "common/error.h"
@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace dtrain::trainer {
 
@@ -67,6 +68,18 @@ struct TrainOptions {
   FieldErrors validate() const;
 };
 
+// Stragglers made on demand, for experiments on what bounded staleness buys: a slowed rank
+// idles (slow_factor - 1) times as long as its forward and backward took, every step.
+struct DebugOptions {
+  // World ranks whose steps are slowed; empty: none. Each must be below the world size.
+  std::vector<int64_t> slow_ranks;
+  // Each slowed rank's forward and backward take this many times as long.
+  double slow_factor = 1.5;
+
+  void declare(OptionSpecs& keys);
+  FieldErrors validate() const;
+};
+
 struct Config {
   RunOptions run;
   TrainOptions train;
@@ -75,10 +88,11 @@ struct Config {
   optim::OptimizerOptions optim;
   optim::ScheduleOptions schedule;
   dist::DistOptions dist;
+  DebugOptions debug;
 };
 
 // Every key, bound to the fields of `config`: one section per options struct ([run], [train],
-// [model], [data], [optim], [schedule], [dist]), each as its struct declares it.
+// [model], [data], [optim], [schedule], [dist], [debug]), each as its struct declares it.
 OptionSpecs config_keys(Config& config);
 
 }  // namespace dtrain::trainer

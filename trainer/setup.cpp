@@ -81,6 +81,17 @@ std::vector<std::string> model_lines(torch::nn::Module& model) {
   return lines;
 }
 
+// debug.slow_ranks names world ranks: each must be one of this run's.
+void check_slow_ranks(const DebugOptions& debug, int world_size) {
+  for (const int64_t rank : debug.slow_ranks) {
+    if (rank >= world_size) {
+      throw UserError(fmt::format("debug.slow_ranks: rank {} is not in this world of {} "
+                                  "rank(s); name ranks below {}, or start mpirun -np {}",
+                                  rank, world_size, world_size, rank + 1));
+    }
+  }
+}
+
 void to_channels_last(torch::nn::Module& model) {
   for (torch::Tensor& param : model.parameters()) {
     if (param.dim() == 4) param.set_data(param.data().contiguous(at::MemoryFormat::ChannelsLast));
@@ -128,6 +139,7 @@ RunSetup build_run(const Config& config) {
   // The CPU world: agreement checks now, the gradients of CPU ranks later.
   std::shared_ptr<dist::Communicator> control = dist::make_mpi_world(config.dist.timeout_s);
   dist::check_same_on_all_ranks(*control, "resolved config", config_lines(config));
+  check_slow_ranks(config.debug, setup.world.size);
   setup.device = resolve_device(config.run.device, setup.world.local_rank);
   if (config.train.precision != "fp32" && !setup.device.is_cuda()) {
     throw UserError(fmt::format("train.precision = \"{}\" needs CUDA, and this run is on CPU; "

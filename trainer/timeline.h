@@ -1,8 +1,9 @@
 // The run's timeline (run.trace): what each rank spent each step on, as Chrome trace events
 // that Perfetto (ui.perfetto.dev) or chrome://tracing open. Host phases (data wait, forward,
-// backward, optimizer step, checkpoint) on one track per rank, the strategy's communication
-// (each bucket's collective from its start to its end) on a second, so overlap with backward
-// shows. Each rank writes timeline.rankN.json; rank 0 then merges them into timeline.json.
+// backward, straggler pause, optimizer step, checkpoint) on one track per rank, the
+// strategy's communication (each bucket's collective from its start to its end) on a second,
+// so overlap with backward shows. Each rank writes timeline.rankN.json; rank 0 then merges
+// them into timeline.json.
 // On GPUs the communication spans are on the device's clock, placed from the step's start:
 // exact in duration and relative order, approximate in alignment with the host phases (the
 // host runs ahead); reading them waits for the device every step, so tracing slows a GPU run.

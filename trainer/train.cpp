@@ -14,8 +14,10 @@
 #include "trainer/timeline.h"
 #include "trainer/setup.h"
 #include "trainer/signals.h"
+#include "trainer/straggler.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <cmath>
@@ -53,6 +55,7 @@ class Trainer {
         profiler_(config.run.profile_start, config.run.profile_steps,
                   fmt::format("{}/trace.rank{}.json", s_.run_dir, s_.world.rank)),
         timeline_(config.run.trace, s_.run_dir, s_.world.rank),
+        straggler_(config.debug, s_.world.rank, s_.device),
         report_(torch::zeros({4}, torch::dtype(torch::kFloat32).device(s_.device))),
         loss_sum_(report_[0]),
         step_loss_(torch::zeros({}, report_.options())),
@@ -120,10 +123,12 @@ class Trainer {
 
  private:
   // One optimizer step: grad_accum micro-steps of forward and backward, then the update.
-  // No host synchronisation here (fp16 loss scaling and train.nonfinite = "skip" excepted).
+  // No host synchronisation here (fp16 loss scaling, train.nonfinite = "skip" and a CUDA rank
+  // in debug.slow_ranks excepted).
   void train_step() {
     const int64_t accum = config_.train.grad_accum;
     s_.strategy->before_forward(step_);
+    straggler_.start();
     step_loss_.zero_();
     for (int64_t micro = 0; micro < accum; ++micro) {
       data::Batch batch;
@@ -149,6 +154,7 @@ class Trainer {
       }
       step_loss_ += loss.detach();
     }
+    straggler_.pause(*s_.strategy, timeline_);
     if (skip_nonfinite_ && !step_loss_finite()) return skip_update(nonfinite_skipped_);
     loss_sum_ += step_loss_;
     if (scaler_) {
@@ -351,6 +357,7 @@ class Trainer {
   Progress progress_;
   StepProfiler profiler_;
   Timeline timeline_;
+  Straggler straggler_;
   std::optional<LossScaler> scaler_;
   torch::Tensor report_;    // [4] float32 on the device: see report_step
   torch::Tensor loss_sum_;  // report_[0]: the summed losses of the interval's applied steps
@@ -402,6 +409,10 @@ RunResult run_training(const Config& config, const RunFlags& flags) {
   }
   RunSetup setup = build_run(config);
   log::info("{}", describe_run(config, setup));
+  if (!config.debug.slow_ranks.empty()) {
+    log::info("debug: rank(s) {} slowed {}x", fmt::join(config.debug.slow_ranks, ", "),
+              config.debug.slow_factor);
+  }
   if (flags.dry_run) return {};
 
   const int rank = setup.world.rank;

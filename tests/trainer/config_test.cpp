@@ -142,6 +142,25 @@ TEST_CASE("NaN and infinities are rejected wherever a float has a range", "[conf
                                  "use a value in [0, 0.99]"});
 }
 
+TEST_CASE("debug.slow_factor is finite and at least 1; debug.slow_ranks start at 0",
+          "[config]") {
+  const Config config = load_config("", {"debug.slow_ranks=[1, 3]", "debug.slow_factor=3"});
+  CHECK(config.debug.slow_ranks == std::vector<int64_t>{1, 3});
+  CHECK(config.debug.slow_factor == 3.0);
+  CHECK(load_config("", {}).debug.slow_ranks.empty());  // nobody is slowed by default
+
+  const std::string path = write_config("debug.toml", R"([debug]
+slow_ranks = [0, -1]
+slow_factor = 0.5
+)");
+  CHECK(problems_of(path) ==
+        std::vector<std::string>{path + ":2: debug.slow_ranks: -1 is below the minimum 0",
+                                 path + ":3: debug.slow_factor: 0.5 is below the minimum 1"});
+  CHECK(problems_of("", {"debug.slow_factor=nan"}) ==
+        std::vector<std::string>{"--set debug.slow_factor: nan is not a finite number; use a "
+                                 "value >= 1"});
+}
+
 TEST_CASE("the strategy's requirements of the rest of the config come from dist", "[config]") {
   CHECK(problems_of("", {"dist.strategy=zero", "train.precision=fp16"}) ==
         std::vector<std::string>{"--set dist.strategy: fp16 loss scaling (train.precision = "
