@@ -70,7 +70,7 @@ class PsStrategy : public Strategy, private CommHook {
   void before_eval() override { sync_point(); }
   void finish() override;
   // Idle for `seconds` (a straggler on demand), serving meanwhile.
-  void pause(double seconds);
+  void pause(double seconds) override;
 
   NamedTensors model_state() override;
   void load_model_state(const NamedTensors& state) override;
