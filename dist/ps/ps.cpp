@@ -47,7 +47,7 @@ class PsStrategy::PushWork : public Work {
         started_(owner.workers_comm_->now()) {}
 
   bool test() override {
-    owner_.poll_server();
+    owner_.progress();
     for (auto& send : sends_) {
       if (!send->test()) return false;
     }
@@ -117,7 +117,9 @@ PsStrategy::PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, d
   current_ = StepComm(requests_->rank(), requests_->size(), requests_->now());
 }
 
-PsStrategy::~PsStrategy() = default;
+PsStrategy::~PsStrategy() {
+  if (units_) units_->set_unit_hooks(nullptr);
+}
 
 DataGroup PsStrategy::data_group() const {
   if (!is_worker_) return {0, 0, nullptr};
@@ -183,6 +185,7 @@ void PsStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_o
   const size_t chunks = plan_.chunks.size();
   version_.assign(chunks, 0);
   received_.assign(chunks, 0);
+  receiving_.resize(chunks);
   expected_.assign(chunks, 0);
   read_version_.assign(chunks, 0);
   bucket_of_first_param_.assign(params_.size(), -1);
@@ -204,24 +207,38 @@ void PsStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_o
   reducer_ = std::make_unique<GradientReducer>(params_, names_, workers_comm_,
                                                static_cast<CommHook&>(*this), reducer,
                                                plan_.layout);
+  units_ = dynamic_cast<UnitModule*>(&model);
+  if (units_) units_->set_unit_hooks(&forward_progress_);
 }
 
 void PsStrategy::poll_server() {
   if (server_) server_->poll();
 }
 
+void PsStrategy::progress() {
+  poll_server();
+  receive_params();
+}
+
 void PsStrategy::wait_until(const std::function<bool()>& done,
                             const std::function<std::string()>& what) {
-  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::duration<double>(timeout_s_);
   for (int polls = 0; !done(); ++polls) {
-    poll_server();
-    if (Clock::now() > deadline) {
+    progress();
+    const auto now = Clock::now();
+    if (now > deadline) {
       log::error("rank {}: ps: {} within dist.timeout_s = {} s; ending the job", error_rank(),
                  what(), timeout_s_);
       abort_world(3);
     }
-    // Spin briefly, then leave the core to the ranks that have work.
-    if (polls > 200) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    // A message of many fragments needs both sides in MPI: keep polling, but yield the core
+    // to ranks that compute (oversubscribed CPU ranks); a long wait sleeps.
+    if (now - start > std::chrono::milliseconds(20)) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    } else if (polls > 100) {
+      std::this_thread::yield();
+    }
   }
 }
 
@@ -251,33 +268,57 @@ std::unique_ptr<Work> PsStrategy::launch(Bucket& bucket) {
   return std::make_unique<PushWork>(*this, std::move(sends), host);
 }
 
-bool PsStrategy::take_params(int64_t chunk) {
-  const PsChunk& where = plan_.chunks[chunk];
-  std::optional<Envelope> envelope =
-      replies_->iprobe(server_rank(where.server), ps::params_tag(chunk));
-  if (!envelope) return false;
+void PsStrategy::receive_params() {
   const int64_t header = ps::header_numel(params_.front().scalar_type());
-  torch::Tensor message = torch::empty({header + where.numel},
-                                       params_.front().options().device(torch::kCPU));
-  std::unique_ptr<Work> work = replies_->recv_probed(*envelope, message);
-  work->wait();
-  const int64_t version = ps::read_version(message);
-  if (consistency_ == Consistency::kAsync && received_[chunk] < expected_[chunk]) {
-    // An answer to a push made from version read_version_: the pushes applied in between
-    // were other workers'.
-    staleness_ = std::max(staleness_, version - 1 - read_version_[chunk]);
+  for (size_t c = 0; c < receiving_.size(); ++c) {
+    Receiving& in = receiving_[c];
+    const PsChunk& where = plan_.chunks[c];
+    for (;;) {
+      if (!in.next.work) {
+        std::optional<Envelope> envelope = replies_->iprobe(
+            server_rank(where.server), ps::params_tag(static_cast<int64_t>(c)));
+        if (!envelope) break;
+        in.next.data = torch::empty({header + where.numel},
+                                    params_.front().options().device(torch::kCPU));
+        in.next.work = replies_->recv_probed(*envelope, in.next.data);
+      }
+      // Never waited for: the sending server's rank may be computing; the message moves
+      // when that rank next polls.
+      if (!in.next.work->test()) break;
+      in.arrived.push_back(std::move(in.next));
+      in.next = Message();
+    }
   }
-  ++received_[chunk];
-  version_[chunk] = version;
-  {
-    torch::NoGradGuard no_grad;
-    param_flat_[where.bucket].narrow(0, where.offset, where.numel)
-        .copy_(message.narrow(0, header, where.numel));
+}
+
+void PsStrategy::apply_params(int64_t chunk) {
+  const PsChunk& where = plan_.chunks[chunk];
+  std::deque<Message>& arrived = receiving_[chunk].arrived;
+  for (; !arrived.empty(); arrived.pop_front()) {
+    Message& message = arrived.front();
+    const int64_t header = ps::header_numel(message.data.scalar_type());
+    const int64_t version = ps::read_version(message.data);
+    if (consistency_ == Consistency::kAsync && received_[chunk] < expected_[chunk]) {
+      // An answer to a push made from version read_version_: the pushes applied in between
+      // were other workers'.
+      staleness_ = std::max(staleness_, version - 1 - read_version_[chunk]);
+    }
+    ++received_[chunk];
+    version_[chunk] = version;
+    {
+      torch::NoGradGuard no_grad;
+      param_flat_[where.bucket].narrow(0, where.offset, where.numel)
+          .copy_(message.data.narrow(0, header, where.numel));
+    }
+    current_.add(Collective::kRecv, Traffic::kParameters,
+                 where.numel * static_cast<int64_t>(message.data.element_size()),
+                 std::move(message.work), server_rank(where.server));
   }
-  current_.add(Collective::kRecv, Traffic::kParameters,
-               where.numel * static_cast<int64_t>(message.element_size()), std::move(work),
-               server_rank(where.server));
-  return true;
+}
+
+void PsStrategy::apply_all_params() {
+  receive_params();
+  for (size_t c = 0; c < receiving_.size(); ++c) apply_params(static_cast<int64_t>(c));
 }
 
 void PsStrategy::send_control(int server, int64_t command, double value) {
@@ -294,26 +335,32 @@ void PsStrategy::before_forward(int64_t step) {
     first_forward_ = false;
   }
   const auto start = Clock::now();
-  const size_t chunks = plan_.chunks.size();
-  // Take every version that has arrived (the freshest parameters), then wait for what the
-  // consistency requires.
+  // The freshest parameters that have arrived, then a wait for what the consistency requires.
   const int64_t required = consistency_ == Consistency::kBsp   ? clock_
                            : consistency_ == Consistency::kSsp ? clock_ - options_.staleness
                                                                : 0;
-  for (size_t c = 0; c < chunks; ++c) {
-    while (take_params(static_cast<int64_t>(c))) {
-    }
-    const auto fresh = [&, c] {
-      return consistency_ == Consistency::kAsync ? received_[c] >= expected_[c]
-                                                 : version_[c] >= required;
-    };
-    wait_until([&, c] { return fresh() || (take_params(static_cast<int64_t>(c)) && fresh()); },
-               [&, c] {
-                 return fmt::format("worker {} at step {} waited for chunk {} from server {} "
-                                    "(rank {})",
-                                    worker_index_, clock_, c, plan_.chunks[c].server,
-                                    server_rank(plan_.chunks[c].server));
-               });
+  apply_all_params();
+  for (size_t c = 0; c < plan_.chunks.size(); ++c) {
+    wait_until(
+        [&, c] {
+          apply_params(static_cast<int64_t>(c));
+          return consistency_ == Consistency::kAsync ? received_[c] >= expected_[c]
+                                                     : version_[c] >= required;
+        },
+        [&, c] {
+          return fmt::format("worker {} at step {} waited for chunk {} from server {} (rank {})",
+                             worker_index_, clock_, c, plan_.chunks[c].server,
+                             server_rank(plan_.chunks[c].server));
+        });
+  }
+  if (server_) {
+    // Without a single-copy transport, a large message moves only while both ends are in MPI:
+    // finish this server's sends before computing. Their receivers wait for them (every wait
+    // receives), or poll often (a straggler under ssp: before every unit's forward and in
+    // backward's hooks).
+    wait_until([&] { return server_->sent(); },
+               [] { return std::string("a worker did not take its parameters"); });
+    apply_all_params();
   }
   wait_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   if (consistency_ != Consistency::kAsync) {
@@ -368,9 +415,8 @@ void PsStrategy::sync_point() {
   commit_load();
   const size_t chunks = plan_.chunks.size();
   const auto all_fresh = [&] {
+    apply_all_params();
     for (size_t c = 0; c < chunks; ++c) {
-      while (take_params(static_cast<int64_t>(c))) {
-      }
       const bool fresh = consistency_ == Consistency::kAsync ? received_[c] >= expected_[c]
                                                              : version_[c] >= clock_;
       if (!fresh) return false;

@@ -33,6 +33,7 @@
 // or strategies, and ps resumes from theirs.
 #pragma once
 
+#include "common/units.h"
 #include "dist/options.h"
 #include "dist/ps/plan.h"
 #include "dist/ps/server.h"
@@ -41,6 +42,7 @@
 #include "dist/strategy.h"
 
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -88,6 +90,23 @@ class PsStrategy : public Strategy, private CommHook {
 
  private:
   class PushWork;
+  // Polls before each unit's forward: messages keep moving while the model computes.
+  class ForwardProgress : public UnitHooks {
+   public:
+    explicit ForwardProgress(PsStrategy& owner) : owner_(owner) {}
+    void before_forward(int64_t unit) override { owner_.progress(); }
+
+   private:
+    PsStrategy& owner_;
+  };
+  struct Message {
+    torch::Tensor data;
+    std::unique_ptr<Work> work;
+  };
+  struct Receiving {  // per chunk: parameter messages on their way into the model
+    Message next;                // being received, if work is set
+    std::deque<Message> arrived;  // received, not yet applied, oldest first
+  };
 
   // CommHook: a complete bucket's chunks go to their servers.
   std::unique_ptr<Work> launch(Bucket& bucket) override;
@@ -95,11 +114,18 @@ class PsStrategy : public Strategy, private CommHook {
 
   int server_rank(int server) const;  // in requests_ and replies_
   void poll_server();
+  // poll_server(), and the parameter messages being received move on.
+  void progress();
   // Polls until `done`; past dist.timeout_s the job ends with `what()`.
   void wait_until(const std::function<bool()>& done, const std::function<std::string()>& what);
   void wait_polling(Work& work, const std::string& what);
-  // Takes one parameter message of `chunk`, if one has arrived.
-  bool take_params(int64_t chunk);
+  // Receives what the servers have sent, without touching the parameters: safe anywhere,
+  // also inside backward.
+  void receive_params();
+  // Applies the parameter messages of `chunk` received so far, oldest first. Only where the
+  // model is not computing.
+  void apply_params(int64_t chunk);
+  void apply_all_params();
   void send_control(int server, int64_t command, double value = 0.0);
   void sync_point();
   void barrier_polling();
@@ -128,6 +154,8 @@ class PsStrategy : public Strategy, private CommHook {
   PsPlan plan_;
   std::optional<PsServerSetup> server_setup_;  // on server ranks, until attach()
   std::unique_ptr<PsServer> server_;
+  ForwardProgress forward_progress_{*this};
+  UnitModule* units_ = nullptr;  // the model, if it has units: forward_progress_ is installed
 
   // Worker: the parameters as views of one flat tensor per bucket (the gradient layout).
   std::vector<torch::Tensor> param_flat_;
@@ -135,6 +163,7 @@ class PsStrategy : public Strategy, private CommHook {
   std::unique_ptr<GradientReducer> reducer_;
   std::vector<int64_t> version_;   // per chunk: updates in this worker's copy
   std::vector<int64_t> received_;  // per chunk: parameter messages taken
+  std::vector<Receiving> receiving_;
   std::vector<int64_t> expected_;  // per chunk, async: answers due (pushes and pulls)
   std::vector<int64_t> read_version_;  // per chunk: what the last forward read
   std::vector<std::unique_ptr<Work>> control_sends_;

@@ -146,8 +146,21 @@ void PsServer::take_arrivals() {
     DTRAIN_CHECK(local < static_cast<int64_t>(chunk_ids_.size()),
                  "ps server {}: a push of chunk {}, which another server holds", s_.index, chunk);
     torch::Tensor buffer = buffer_for(local);
-    s_.requests->recv_probed(*envelope, buffer)->wait();
-    pushed_[worker][local].push_back(std::move(buffer));
+    receiving_.push_back({worker, local, s_.requests->recv_probed(*envelope, buffer), buffer});
+  }
+  // Completed in order per worker and chunk: their queues keep the order of the steps.
+  for (size_t i = 0; i < receiving_.size();) {
+    Incoming& in = receiving_[i];
+    bool earlier_pending = false;
+    for (size_t j = 0; j < i && !earlier_pending; ++j) {
+      earlier_pending = receiving_[j].worker == in.worker && receiving_[j].local == in.local;
+    }
+    if (earlier_pending || !in.work->test()) {
+      ++i;
+      continue;
+    }
+    pushed_[in.worker][in.local].push_back(std::move(in.buffer));
+    receiving_.erase(receiving_.begin() + static_cast<int64_t>(i));
   }
 }
 
@@ -311,7 +324,7 @@ bool PsServer::finished() const {
   for (const bool done : worker_done_) {
     if (!done) return false;
   }
-  return sending_.empty();
+  return sending_.empty() && receiving_.empty();
 }
 
 double PsServer::optimizer_state_mb() const {

@@ -63,6 +63,8 @@ class PsServer {
   void serve();
   // Every worker has finished and every message sent has been received.
   bool finished() const;
+  // Every message sent has been received.
+  bool sent() const { return sending_.empty(); }
 
   int64_t version() const { return version_; }
   // Elements of parameters held here.
@@ -70,13 +72,20 @@ class PsServer {
   double optimizer_state_mb() const;
 
  private:
+  struct Incoming {
+    size_t worker = 0;
+    int64_t local = 0;  // the chunk's index in chunk_ids_
+    std::unique_ptr<Work> work;
+    torch::Tensor buffer;
+  };
   struct Outgoing {
     std::unique_ptr<Work> work;
     torch::Tensor buffer;  // what MPI reads until the send completes
   };
 
-  // Receives every message that has arrived (matched probes: no receive stays posted, so
-  // nothing is pending when the job ends).
+  // Starts receiving every message that has arrived (matched probes: no receive is posted
+  // before its message is there, so nothing is pending when the job ends), and takes the
+  // pushes whose receive has completed. Never waits for a push: its sender may be computing.
   void take_arrivals();
   void handle_control(size_t worker, const torch::Tensor& message);
   bool push_complete(size_t worker) const;
@@ -109,6 +118,7 @@ class PsServer {
   // [worker][local chunk]: pushes arrived and not yet applied, oldest first.
   std::vector<std::vector<std::deque<torch::Tensor>>> pushed_;
   std::vector<std::vector<torch::Tensor>> free_buffers_;  // [local chunk]: for reuse
+  std::vector<Incoming> receiving_;  // pushes being received, in arrival order
   std::vector<std::deque<double>> step_lr_;  // [worker]: its complete pushes' lr, oldest first
   std::vector<Outgoing> sending_;
   std::vector<bool> worker_done_;
