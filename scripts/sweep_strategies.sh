@@ -2,14 +2,19 @@
 # What each strategy costs: the same job under every strategy and rank count, one table.
 #   usage: scripts/sweep_strategies.sh BUILD_DIR OUT_DIR [options] [--set key=value ...]
 #     --ranks "1 2 4"              rank counts (default "1 2")
-#     --strategies "single ddp zero" (default; `single` runs at 1 rank only)
+#     --strategies "single ddp zero" (default; `single` runs at 1 rank only). A parameter
+#                                  server variant is ps[:OPTION+OPTION...], OPTION one of bsp,
+#                                  sspK (staleness K), async, dedicatedS (S server ranks beside
+#                                  the workers): "ps ps:ssp2 ps:async ps:bsp+dedicated1"
 #     --steps N                    steps per run (default 200)
 #     --repeat N                   runs per point, to show the spread (default 3)
 #     --config FILE                the job (default configs/fashion_mnist.toml)
 #   Further --set options go to every run (e.g. --set run.device=cuda).
-# Each rank keeps the config's per-rank batch, so N ranks train on N times the global batch.
+# Each rank keeps the config's per-rank batch, so N ranks train on N times the global batch;
+# "ranks" counts workers (dedicated servers are started beside them).
 # Writes OUT_DIR/sweep.csv (one row per run: step time, images per second, communication,
-# bytes sent, optimizer state held by rank 0) and prints a markdown table of each point's
+# bytes sent, optimizer state held by rank 0; for ps the wait for parameters and the
+# staleness) and prints a markdown table of each point's
 # median with the runs' range; scripts/plot_sweep.py draws it.
 # Figures: averages over the logged intervals after the first (start-up and first-step
 # allocation excluded); "vs single" is the median step time over `single`'s at 1 rank.
@@ -33,17 +38,37 @@ while (($#)); do
 done
 cd "$(dirname "$0")/.."
 
-echo "ranks,strategy,repeat,step_ms,img_per_s,comm_ms,exposed_ms,comm_mb,optimizer_state_mb,loss" \
+echo "ranks,strategy,repeat,step_ms,img_per_s,comm_ms,exposed_ms,comm_mb,optimizer_state_mb,loss,ps_wait_ms,ps_staleness" \
   >"$out/sweep.csv"
+# The --set options of strategy spec $1 (see --strategies) into $variant, and in $servers the
+# ranks it adds beside the workers.
+strategy_sets() {
+  variant=(--set dist.strategy="${1%%:*}")
+  servers=0
+  [[ $1 == *:* ]] || return 0
+  local option
+  for option in $(tr '+' ' ' <<<"${1#*:}"); do
+    case $option in
+      bsp | async) variant+=(--set dist.ps.consistency="$option") ;;
+      ssp[0-9]*) variant+=(--set dist.ps.consistency=ssp --set dist.ps.staleness="${option#ssp}") ;;
+      dedicated[0-9]*)
+        servers=${option#dedicated}
+        variant+=(--set dist.ps.placement=dedicated --set dist.ps.servers="$servers") ;;
+      *) echo "sweep_strategies.sh: unknown option \"$option\" in \"$1\"" >&2; exit 2 ;;
+    esac
+  done
+}
+
 for n in $ranks; do
   for strategy in $strategies; do
     [ "$strategy" = single ] && [ "$n" -ne 1 ] && continue
+    strategy_sets "$strategy"
     for r in $(seq 1 "$repeat"); do
-      name="np${n}_${strategy}_r$r"
+      name="np${n}_${strategy//[:+]/_}_r$r"
       rm -rf "${out:?}/$name"  # a rerun into OUT_DIR replaces this sweep's own earlier run
-      if ! scripts/mpirun.sh -np "$n" --oversubscribe --bind-to none "$build/trainer" \
+      if ! scripts/mpirun.sh -np $((n + servers)) --oversubscribe --bind-to none "$build/trainer" \
         --config "$config" --set run.out_dir="$out" --set run.name="$name" \
-        --set dist.strategy="$strategy" --set train.max_steps="$steps" \
+        "${variant[@]}" --set train.max_steps="$steps" \
         --set run.log_every=$((steps / 5 > 0 ? steps / 5 : 1)) "${sets[@]}" \
         >"$out/$name.log" 2>&1; then
         echo "$name failed:" >&2
@@ -60,7 +85,8 @@ def mean(key, digits, scale=1.0):
 print(",".join([sys.argv[2], sys.argv[3], sys.argv[4], mean("time/step_ms", 2),
                 mean("throughput/img_per_s", 0), mean("comm/ms", 2), mean("comm/exposed_ms", 2),
                 mean("comm/sent_bytes", 3, 1 / 2**20), mean("memory/optimizer_state_mb", 3),
-                f"{steps[-1]['loss/train']:.4f}" if steps else ""]))
+                f"{steps[-1]['loss/train']:.4f}" if steps else "",
+                mean("ps/wait_ms", 2), mean("ps/staleness", 2)]))
 PY
     done
   done
@@ -82,8 +108,8 @@ def text(value, digits):
     return "-" if value is None else f"{value:.{digits}f}"
 base = median(points.get((1, "single"), []), "step_ms")
 print("| ranks | strategy | runs | step ms | vs single | img/s | img/s range | comm ms "
-      "| exposed ms | MiB sent | optimizer state MiB (rank 0) | loss |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+      "| exposed ms | MiB sent | optimizer state MiB (rank 0) | loss | ps wait ms | staleness |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for (ranks, strategy), runs in sorted(points.items()):
     step = median(runs, "step_ms")
     ratio = f"{step / base:.2f}" if base and step else "-"
@@ -91,5 +117,6 @@ for (ranks, strategy), runs in sorted(points.items()):
           f"{text(median(runs, 'img_per_s'), 0)} | {spread(runs, 'img_per_s', 0)} | "
           f"{text(median(runs, 'comm_ms'), 2)} | {text(median(runs, 'exposed_ms'), 2)} | "
           f"{text(median(runs, 'comm_mb'), 3)} | {runs[0]['optimizer_state_mb']} | "
-          f"{runs[0]['loss']} |")
+          f"{runs[0]['loss']} | {text(median(runs, 'ps_wait_ms'), 2)} | "
+          f"{text(median(runs, 'ps_staleness'), 2)} |")
 PY

@@ -88,6 +88,11 @@ PsStrategy::PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, d
         "ranks (workers + servers) or use dist.ps.placement = \"colocated\"",
         num_servers_, ranks));
   }
+  if (dedicated && !world_->device().is_cpu()) {
+    // The world's NCCL communicator would need a GPU per server rank as well.
+    throw UserError("dist.ps.placement = \"dedicated\" runs on CPU ranks only in this version; "
+                    "on GPUs use \"colocated\" (every worker serves a shard from host memory)");
+  }
   is_worker_ = rank < num_workers_;
   worker_index_ = is_worker_ ? rank : 0;
   const bool is_server = !dedicated || !is_worker_;

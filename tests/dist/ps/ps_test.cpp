@@ -99,7 +99,7 @@ TEST_CASE("ps BSP on N workers equals one rank on the N-times batch", "[dist][ps
   const int64_t servers = GENERATE(1, 2, 3);
   const int64_t chunk = GENERATE(7, 1000);
   if (placement == "colocated" && servers > 1) return;
-  if (placement == "dedicated" && servers >= n) return;
+  if (placement == "dedicated" && (servers >= n || device().is_cuda())) return;
   INFO(name << ", " << placement << ", " << servers << " server(s), chunks of " << chunk);
   const auto options = optimizer_options(name);
   const PsOptions ps = ps_options(placement, servers, chunk);
@@ -136,7 +136,7 @@ TEST_CASE("ps SSP(k) never reads parameters more than k steps old", "[dist][ps]"
   // Worker 1 is slowed: the others run ahead of it by up to k steps, never more.
   const int64_t k = GENERATE(1, 2);
   const std::string placement = GENERATE("colocated", "dedicated");
-  if (placement == "dedicated" && world()->size() < 3) return;
+  if (placement == "dedicated" && (world()->size() < 3 || device().is_cuda())) return;
   INFO("k = " << k << ", " << placement);
   const auto options = optimizer_options("sgd");
   const PsOptions ps = ps_options(placement, 1, 7, "ssp", k);
@@ -165,6 +165,7 @@ TEST_CASE("ps resumes on another number of servers, and to and from DDP", "[dist
   // other chunks); ddp-ps and ps-ddp: n workers throughout.
   const std::string route = GENERATE("ps-ps", "ddp-ps", "ps-ddp");
   INFO(route);
+  if (route == "ps-ps" && device().is_cuda()) return;  // dedicated servers: CPU ranks only
   const std::string dir = fresh_directory("ps_checkpoint_test_" + route);
   const PsOptions first_ps = route == "ps-ps" ? ps_options("dedicated", 1, 7)
                                               : ps_options("colocated", 1, 7);
