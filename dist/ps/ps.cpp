@@ -549,8 +549,9 @@ void PsStrategy::prepare_checkpoint() {
       DTRAIN_CHECK(i < message.pieces.size(), "ps: server {} sent the state of {} pieces", s,
                    message.pieces.size());
       if (!message.pieces[i].empty()) {
-        pieces_of[piece.param].emplace_back(piece.param_offset,
-                                            fields_from_bytes(message.pieces[i]));
+        pieces_of[piece.param].emplace_back(
+            piece.param_offset,
+            fields_from_bytes(message.pieces[i], params_[piece.param].device()));
       }
       ++i;
     }

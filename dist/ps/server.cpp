@@ -294,7 +294,7 @@ void PsServer::load_state(size_t worker) {
       prototype_states(make_optimizer_, pieces_);
   for (size_t i = 0; i < pieces_.size(); ++i) {
     if (message.pieces[i].empty() || !prototypes[i]) continue;
-    set_state_fields(*prototypes[i], fields_from_bytes(message.pieces[i]));
+    set_state_fields(*prototypes[i], fields_from_bytes(message.pieces[i], torch::kCPU));
     put_state(*optimizer_, pieces_[i], std::move(prototypes[i]));
   }
   torch::Tensor ack = torch::zeros({1}, torch::kInt64);

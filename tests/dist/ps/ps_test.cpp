@@ -152,7 +152,8 @@ TEST_CASE("ps SSP(k) never reads parameters more than k steps old", "[dist][ps]"
     if (slow) strategy.pause(0.05);
   });
   // A fast worker used the slack the bound allows.
-  torch::Tensor seen = torch::tensor({static_cast<double>(most)}, torch::kFloat64);
+  torch::Tensor seen =
+      torch::tensor({static_cast<double>(most)}, torch::kFloat64).to(device());
   world()->all_reduce(seen, dtrain::dist::ReduceOp::kSum)->wait();
   CHECK(seen.item<double>() >= 1.0);
   world()->barrier();
