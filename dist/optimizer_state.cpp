@@ -15,9 +15,18 @@ namespace {
 
 std::string whole_file(const std::string& dir) { return dir + "/optimizer.pt"; }
 
+// Onto the device of the optimizer's parameters: the writer, rank 0, saved its states from its
+// own GPU, which on another rank is not this rank's.
 void load_archive(torch::optim::Optimizer& optimizer, const std::string& file) {
+  c10::optional<torch::Device> device;
+  for (const auto& group : optimizer.param_groups()) {
+    if (!group.params().empty()) {
+      device = group.params().front().device();
+      break;
+    }
+  }
   torch::serialize::InputArchive archive;
-  archive.load_from(file);
+  archive.load_from(file, device);
   optimizer.load(archive);
 }
 

@@ -7,6 +7,7 @@
 // GPU over NCCL when DTRAIN_TEST_DEVICE=cuda (tests/dist/test_device.h).
 #pragma once
 
+#include "common/files.h"
 #include "dist/comm/communicator.h"
 #include "dist/strategy.h"
 #include "optim/optimizer.h"
@@ -152,13 +153,14 @@ inline Net copy_of(Net& trained) {
 }
 
 // An empty directory for `name`, made by rank 0 (the ranks share a filesystem); the caller
-// orders later reads after it with a collective. Named per world size and device: CTest runs
+// orders later reads after it with a collective. Named per world size and device type (the
+// same name on every rank, whichever GPU it has): CTest runs
 // the np2, np3 and np4 variants (and the NCCL ones) of a file at the same time.
 inline std::string fresh_directory(const std::string& name) {
   const std::string dir =
-      name + "_np" + std::to_string(world()->size()) + "_" + device().str();
+      name + "_np" + std::to_string(world()->size()) + "_" + (device().is_cuda() ? "cuda" : "cpu");
   if (world()->rank() == 0) {
-    std::filesystem::remove_all(dir);
+    dtrain::remove_tree(dir);  // not std::filesystem::remove_all (common/files.h)
     std::filesystem::create_directories(dir);
   }
   return dir;

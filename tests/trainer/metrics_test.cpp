@@ -1,5 +1,6 @@
 // metrics.jsonl and its long-form twin metrics.csv: the same records, and a resume drops the
 // replayed steps from both.
+#include "common/files.h"
 #include "trainer/metrics.h"
 
 #include <catch2/catch.hpp>
@@ -24,7 +25,7 @@ std::string read(const fs::path& path) {
 
 TEST_CASE("metrics.csv holds every figure of metrics.jsonl, one row each", "[metrics]") {
   const fs::path dir = fs::temp_directory_path() / "dtrain_metrics_test";
-  fs::remove_all(dir);
+  dtrain::remove_tree(dir);
   fs::create_directories(dir);
   const std::string path = (dir / "metrics.jsonl").string();
   {
@@ -52,5 +53,5 @@ TEST_CASE("metrics.csv holds every figure of metrics.jsonl, one row each", "[met
   int lines = 0;
   for (std::string line; std::getline(jsonl, line);) ++lines;
   CHECK(lines == 2);
-  fs::remove_all(dir);
+  dtrain::remove_tree(dir);
 }
