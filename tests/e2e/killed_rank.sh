@@ -5,7 +5,7 @@
 set -uo pipefail
 . "$(dirname "$0")/lib/fashion_mnist.sh"
 
-for strategy in ddp zero; do
+for strategy in ddp zero ps; do
   name=killed_$strategy
   "$source_dir/scripts/mpirun.sh" -np 3 --oversubscribe "$trainer" \
     --config "$source_dir/configs/fashion_mnist.toml" --set run.out_dir="$work" \

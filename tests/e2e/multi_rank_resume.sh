@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# DDP and ZeRO-1 over 2 ranks: 6 steps, checkpoint, resume, 6 more steps gives bitwise the
-# weights of 12 straight steps (momentum, sharded or not, and BatchNorm statistics restored on
-# every rank); and so does a DDP checkpoint resumed under ZeRO-1.
+# DDP, ZeRO-1 and the parameter server (bsp) over 2 ranks: 6 steps, checkpoint, resume, 6 more
+# steps gives bitwise the weights of 12 straight steps (momentum, sharded or not, on servers or
+# not, and BatchNorm statistics restored on every rank); and so does a DDP checkpoint resumed
+# under ZeRO-1.
 #   usage: ... TRAINER SOURCE_DIR
 set -euo pipefail
 trainer=$1 source=$2
@@ -16,7 +17,7 @@ run() {  # OUT_DIR [ARGS...]
     --set data.batch_size=16 --set model.width=8 --set schedule.warmup_epochs=0.002 \
     --set run.log_every=6 "$@" >"$out.log" 2>&1 || { cat "$out.log"; exit 1; }
 }
-for strategy in ddp zero; do
+for strategy in ddp zero ps; do
   run "$tmp/$strategy-straight" --set dist.strategy=$strategy
   mkdir -p "$tmp/$strategy-resumed/r/checkpoints"
   cp -r "$tmp/$strategy-straight/r/checkpoints/step_00000006" "$tmp/$strategy-resumed/r/checkpoints/"

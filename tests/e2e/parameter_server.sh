@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The parameter server through the trainer, under mpirun:
+#   - dedicated server ranks beside the workers, with a straggler under SSP(1): the run
+#     finishes, no step reads parameters more than 1 step old, the plan is in the checkpoint;
+#   - that checkpoint (1 server) resumed colocated on 2 servers;
+#   - bad input: servers that leave no worker, a misspelt placement;
+#   - Fashion-MNIST, 2 epochs: async within 1.5 points of BSP's test accuracy, SSP(2) within 2.5
+#     (measured 2026-11-26: bsp 90.20%, ssp(2) 88.55%, async 89.47%: two workers of equal speed
+#     run SSP(2) at its bound, every gradient 2 steps stale).
+#   usage: parameter_server.sh TRAINER SOURCE_DIR
+set -uo pipefail
+. "$(dirname "$0")/lib/fashion_mnist.sh"
+config="$source_dir/configs/fashion_mnist_ps.toml"
+fail() { echo "FAIL: $*"; exit 1; }
+train() {  # RANKS NAME [ARGS...]
+  local ranks=$1 name=$2
+  shift 2
+  "$source_dir/scripts/mpirun.sh" -np "$ranks" --oversubscribe "$trainer" --config "$config" \
+    --set run.out_dir="$work" --set run.name="$name" "$@" >"$work/$name.log" 2>&1
+}
+metric_max() {  # RUN KEY: the largest value of KEY over the run's step records
+  python3 - "$work/$1/metrics.jsonl" "$2" <<'PY'
+import json, sys
+values = [r[sys.argv[2]] for r in map(json.loads, open(sys.argv[1])) if sys.argv[2] in r]
+print(max(values) if values else "none")
+PY
+}
+accuracy() { grep -o 'final test accuracy [0-9.]*' "$work/$1.log" | grep -o '[0-9.]*$'; }
+
+# 2 workers and 1 dedicated server; worker 1 three times slower; SSP(1).
+train 3 dedicated --set dist.ps.placement=dedicated --set dist.ps.servers=1 \
+  --set dist.ps.consistency=ssp --set dist.ps.staleness=1 --set train.max_steps=30 \
+  --set train.checkpoint_every=10 --set run.log_every=5 --set data.batch_size=16 \
+  --set "debug.slow_ranks=[1]" --set debug.slow_factor=3 ||
+  { tail "$work/dedicated.log"; fail "the dedicated run failed"; }
+grep -q "2 workers, ssp consistency (staleness 1)" "$work/dedicated.log" ||
+  fail "no plan line for 2 workers"
+stale=$(metric_max dedicated ps/staleness_max)
+python3 -c "import sys; sys.exit(not (0 <= float('$stale') <= 1))" ||
+  fail "SSP(1) read parameters $stale steps old"
+test -s "$work/dedicated/checkpoints/step_00000020/ps_plan.txt" || fail "no ps_plan.txt"
+echo "ok: dedicated server, straggler under SSP(1): staleness at most $stale"
+
+# Its step-20 checkpoint (1 server) resumed with every worker serving (2 servers).
+mkdir -p "$work/resumed/checkpoints"
+cp -r "$work/dedicated/checkpoints/step_00000020" "$work/resumed/checkpoints/"
+train 2 resumed --resume --set train.max_steps=30 --set data.batch_size=16 \
+  --set run.log_every=5 || { tail "$work/resumed.log"; fail "the resumed run failed"; }
+grep -q "resumed from .*step_00000020 at step 20" "$work/resumed.log" || fail "no resume line"
+echo "ok: a 1-server checkpoint resumed on 2 colocated servers"
+
+# Bad input: one line naming the problem, exit 2.
+train 2 no_workers --set dist.ps.placement=dedicated --set dist.ps.servers=2
+[ $? -eq 2 ] && grep -q "leave no worker" "$work/no_workers.log" ||
+  { cat "$work/no_workers.log"; fail "2 servers of 2 ranks"; }
+train 2 misspelt --set dist.ps.placement=dedicatd
+[ $? -eq 2 ] && grep -q 'did you mean dedicated?' "$work/misspelt.log" ||
+  { cat "$work/misspelt.log"; fail "a misspelt placement"; }
+echo "ok: bad input ends in one line, exit 2"
+
+# Accuracy: BSP (the same steps as ddp), SSP(2) and async, 2 epochs each.
+for consistency in bsp ssp async; do
+  train 2 "$consistency" --set dist.ps.consistency=$consistency --set train.epochs=2 \
+    --set run.log_every=200 || { tail "$work/$consistency.log"; fail "$consistency failed"; }
+done
+bsp=$(accuracy bsp) ssp=$(accuracy ssp) async=$(accuracy async)
+echo "test accuracy after 2 epochs: bsp $bsp%, ssp(2) $ssp%, async $async%"
+python3 -c "import sys; sys.exit(not (abs($async - $bsp) <= 1.5))" ||
+  fail "async is more than 1.5 points from bsp"
+python3 -c "import sys; sys.exit(not (abs($ssp - $bsp) <= 2.5))" ||
+  fail "ssp(2) is more than 2.5 points from bsp"
+echo "ok: async within 1.5 points of bsp, ssp(2) within 2.5"
