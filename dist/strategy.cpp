@@ -2,6 +2,8 @@
 
 #include "common/error.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <thread>
 
@@ -20,6 +22,21 @@ NamedTensors module_state(torch::nn::Module& module) {
   for (const auto& item : module.named_parameters()) state.emplace_back(item.key(), item.value());
   for (const auto& item : module.named_buffers()) state.emplace_back(item.key(), item.value());
   return state;
+}
+
+void require_one_dtype(const std::vector<torch::Tensor>& params,
+                       const std::vector<std::string>& names, const std::string& strategy) {
+  if (params.empty()) {
+    throw UserError(fmt::format("dist.strategy = \"{}\": the model has no trainable parameters",
+                                strategy));
+  }
+  for (size_t i = 1; i < params.size(); ++i) {
+    if (params[i].scalar_type() == params.front().scalar_type()) continue;
+    throw UserError(fmt::format(
+        "dist.strategy = \"{}\" needs every parameter in one dtype: {} is {}, {} is {}",
+        strategy, names.front(), c10::toString(params.front().scalar_type()), names[i],
+        c10::toString(params[i].scalar_type())));
+  }
 }
 
 void copy_state(const NamedTensors& state, const NamedTensors& targets) {

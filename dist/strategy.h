@@ -118,6 +118,11 @@ class Strategy {
 // The model's parameters and buffers by name, in registration order (aliases, no copies).
 NamedTensors module_state(torch::nn::Module& module);
 
+// For strategies that lay every parameter out in one flat buffer: a UserError naming the
+// first two parameters (`names`, aligned) of different dtypes, or of none at all.
+void require_one_dtype(const std::vector<torch::Tensor>& params,
+                       const std::vector<std::string>& names, const std::string& strategy);
+
 // Copies `state` into `targets` by position (same names, same shapes), skipping tensors that
 // already are the target.
 void copy_state(const NamedTensors& state, const NamedTensors& targets);

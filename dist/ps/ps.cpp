@@ -146,15 +146,7 @@ void PsStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_o
     params_.push_back(item.value());
   }
   buffers_ = model.buffers();
-  DTRAIN_CHECK(!params_.empty(), "dist.strategy = \"ps\": the model has no trainable parameters");
-  for (size_t i = 1; i < params_.size(); ++i) {
-    if (params_[i].scalar_type() != params_.front().scalar_type()) {
-      throw UserError(fmt::format(
-          "dist.strategy = \"ps\" needs every parameter in one dtype: {} is {}, {} is {}",
-          names_.front(), c10::toString(params_.front().scalar_type()), names_[i],
-          c10::toString(params_[i].scalar_type())));
-    }
-  }
+  require_one_dtype(params_, names_, "ps");
   {  // Every rank, servers too, starts from rank 0's model.
     std::vector<torch::Tensor> state = params_;
     state.insert(state.end(), buffers_.begin(), buffers_.end());
@@ -358,11 +350,13 @@ void PsStrategy::before_forward(int64_t step) {
                              server_rank(plan_.chunks[c].server));
         });
   }
-  if (server_) {
+  if (server_ && consistency_ != Consistency::kSsp) {
     // Without a single-copy transport, a large message moves only while both ends are in MPI:
-    // finish this server's sends before computing. Their receivers wait for them (every wait
-    // receives), or poll often (a straggler under ssp: before every unit's forward and in
-    // backward's hooks).
+    // finish this server's sends before computing, while their receivers wait for them (bsp:
+    // every worker waits for the round; async: the pusher for its answer; every wait
+    // receives). Not under ssp: a worker ahead would hold back the one behind, which then
+    // stays behind (measured), and a receiver behind may be computing; the sends move at
+    // this worker's next poll (before each unit's forward, in backward's hooks).
     wait_until([&] { return server_->sent(); },
                [] { return std::string("a worker did not take its parameters"); });
     apply_all_params();

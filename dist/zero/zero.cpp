@@ -35,15 +35,7 @@ ZeroStrategy::ZeroStrategy(std::shared_ptr<Communicator> comm)
 
 void ZeroStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) {
   hold(model);
-  DTRAIN_CHECK(!params_.empty(), "dist.strategy = \"zero\": the model has no trainable parameters");
-  for (size_t i = 1; i < params_.size(); ++i) {
-    if (params_[i].scalar_type() != params_.front().scalar_type()) {
-      throw UserError(fmt::format(
-          "dist.strategy = \"zero\" needs every parameter in one dtype: {} is {}, {} is {}",
-          names_.front(), c10::toString(params_.front().scalar_type()), names_[i],
-          c10::toString(params_[i].scalar_type())));
-    }
-  }
+  require_one_dtype(params_, names_, "zero");
   buffer_sync_ = std::make_unique<BufferSync>(buffers_, comm_, BufferPolicy::kBroadcast);
 
   std::vector<int64_t> numels;

@@ -113,6 +113,24 @@ inline Net train_reference(const Data& data, const dtrain::optim::OptimizerOptio
   return net;
 }
 
+// One process whose global batch changes at step 2, as a run resumed there on another number
+// of ranks: the first `ranks_before` x kPerRank samples of each global batch before, the first
+// `ranks_after` x kPerRank from step 2 on.
+inline Net train_reference_resumed(const Data& data, const dtrain::optim::OptimizerOptions& options,
+                                   int64_t ranks_before, int64_t ranks_after) {
+  Net net = make_net();
+  auto optimizer = dtrain::optim::make_optimizer(options, net->parameters());
+  for (int64_t step = 0; step < kSteps; ++step) {
+    const int64_t batch = (step < 2 ? ranks_before : ranks_after) * kPerRank;
+    optimizer->zero_grad();
+    torch::nn::functional::cross_entropy(net->forward(data.x[step].narrow(0, 0, batch)),
+                                         data.y[step].narrow(0, 0, batch))
+        .backward();
+    optimizer->step();
+  }
+  return net;
+}
+
 // Steps [from, to) under `strategy`, as the trainer calls it, on slice `rank` of each global
 // batch (this rank's in the world by default), in `micro` micro-steps of kPerRank / micro.
 inline void train(Net& net, dtrain::dist::Strategy& strategy, const Data& data, int64_t from,

@@ -172,18 +172,7 @@ TEST_CASE("ps resumes on another number of servers, and to and from DDP", "[dist
                                               : ps_options("colocated", 1, 7);
   const int64_t first_workers = route == "ps-ps" ? n - 1 : n;
   const Data data = make_data(n);
-  Net reference = make_net();
-  {
-    auto optimizer = dtrain::optim::make_optimizer(options, reference->parameters());
-    for (int64_t step = 0; step < kSteps; ++step) {
-      const int64_t batch = (step < 2 ? first_workers : n) * kPerRank;
-      optimizer->zero_grad();
-      torch::nn::functional::cross_entropy(reference->forward(data.x[step].narrow(0, 0, batch)),
-                                           data.y[step].narrow(0, 0, batch))
-          .backward();
-      optimizer->step();
-    }
-  }
+  Net reference = train_reference_resumed(data, options, first_workers, n);
 
   Net net = make_net();
   if (route == "ddp-ps") {

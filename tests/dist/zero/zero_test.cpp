@@ -127,18 +127,7 @@ TEST_CASE("ZeRO-1 resumes on another number of ranks", "[dist][zero]") {
   const auto options = optimizer_options("lamb");
   const int64_t n = world()->size(), writers = std::min<int64_t>(2, n);
   const Data data = make_data(n);
-  Net reference = make_net();
-  {
-    auto optimizer = dtrain::optim::make_optimizer(options, reference->parameters());
-    for (int64_t step = 0; step < kSteps; ++step) {
-      const int64_t batch = (step < 2 ? writers : n) * kPerRank;
-      optimizer->zero_grad();
-      torch::nn::functional::cross_entropy(reference->forward(data.x[step].narrow(0, 0, batch)),
-                                           data.y[step].narrow(0, 0, batch))
-          .backward();
-      optimizer->step();
-    }
-  }
+  Net reference = train_reference_resumed(data, options, writers, n);
 
   const std::string dir = fresh_directory("zero_reshard_test");
   const bool writer = world()->rank() < writers;
