@@ -125,7 +125,7 @@ strategy = "dpp"
   CHECK(problems[1] == path + ":3: optim.lr: -1 is outside [0, 1000]");
   CHECK(problems[2] == path + ":5: data.batch_size: expected an integer, got a string");
   CHECK(problems[3] == path + ":6: data.eval_batch_size: 0 is below the minimum 1");
-  CHECK(problems[4] == path + ":8: dist.strategy: \"dpp\" is not one of: single, ddp, zero "
+  CHECK(problems[4] == path + ":8: dist.strategy: \"dpp\" is not one of: single, ddp, zero, ps "
                               "(did you mean ddp?)");
   CHECK(problems[5] == "--set dist.timeout_s: 0 is outside [1, 86400]");
 }
