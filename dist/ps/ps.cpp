@@ -350,13 +350,11 @@ void PsStrategy::before_forward(int64_t step) {
                              server_rank(plan_.chunks[c].server));
         });
   }
-  if (server_ && consistency_ != Consistency::kSsp) {
+  if (server_) {
     // Without a single-copy transport, a large message moves only while both ends are in MPI:
-    // finish this server's sends before computing, while their receivers wait for them (bsp:
-    // every worker waits for the round; async: the pusher for its answer; every wait
-    // receives). Not under ssp: a worker ahead would hold back the one behind, which then
-    // stays behind (measured), and a receiver behind may be computing; the sends move at
-    // this worker's next poll (before each unit's forward, in backward's hooks).
+    // finish this server's sends before computing, while their receivers wait for them (every
+    // wait receives) or poll often (before each unit's forward, in backward's hooks, in a
+    // straggler's pause), rather than leave them stalled until this worker's next poll.
     wait_until([&] { return server_->sent(); },
                [] { return std::string("a worker did not take its parameters"); });
     apply_all_params();
