@@ -3,7 +3,8 @@
 // every optimizer (LARS's and LAMB's norms over tensors cut into chunks on several servers),
 // colocated and on dedicated server ranks, with chunks that split tensors; SSP(k) must never
 // read parameters more than k steps old, and SSP(0) is BSP; checkpoints carry the servers'
-// state to another number of servers and to and from DDP. Float64: tolerance 1e-12.
+// state to another number of servers and to and from DDP; async with one worker is the
+// single-process run. Float64: tolerance 1e-12.
 #include "dist/ddp/ddp.h"
 #include "dist/ps/plan.h"
 #include "dist/ps/ps.h"
@@ -112,6 +113,25 @@ TEST_CASE("ps BSP on N workers equals one rank on the N-times batch", "[dist][ps
   run(net, strategy, data, 0, kSteps, options.lr, [&](int64_t) {
     CHECK(strategy.last_staleness() == 0);
   });
+  if (strategy.role() == Role::kWorker) CHECK(max_difference(*net, *reference) < kTolerance);
+  world()->barrier();
+}
+
+TEST_CASE("ps async with one worker takes one process's steps", "[dist][ps]") {
+  // One push per step, applied at lr / 1 on arrival, on the other ranks as dedicated servers
+  // (each tensor whole on one of them): the single-process run, with every optimizer.
+  if (device().is_cuda()) return;  // dedicated servers: CPU ranks only
+  const std::string name = GENERATE("sgd", "adamw", "lars", "lamb");
+  INFO(name);
+  auto options = optimizer_options(name);
+  options.max_grad_norm = 0.0;  // LAMB's global clipping: not under async
+  const PsOptions ps = ps_options("dedicated", world()->size() - 1, 7, "async");
+  const Data data = make_data(1);
+  Net reference = train_reference(data, options);
+  Net net = make_net(static_cast<uint64_t>(world()->rank()));
+  PsStrategy strategy(ps, world(), 60.0);
+  strategy.attach(*net, factory(options));
+  run(net, strategy, data, 0, kSteps, options.lr);
   if (strategy.role() == Role::kWorker) CHECK(max_difference(*net, *reference) < kTolerance);
   world()->barrier();
 }
