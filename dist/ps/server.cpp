@@ -301,19 +301,32 @@ void PsServer::load_state(size_t worker) {
   sending_.push_back({s_.replies->send(ack, s_.worker_ranks[worker], ps::kStateTag), ack});
 }
 
+bool PsServer::owed() const {
+  if (!sending_.empty() || !receiving_.empty()) return true;
+  for (size_t w = 0; w < pushed_.size(); ++w) {
+    if (!step_lr_[w].empty()) return true;
+    for (const auto& queue : pushed_[w]) {
+      if (!queue.empty()) return true;
+    }
+  }
+  return false;
+}
+
 void PsServer::serve() {
   while (!finished()) {
     poll();
-    const double idle_s = std::chrono::duration<double>(Clock::now() - last_arrival_).count();
-    if (idle_s > s_.timeout_s) {
-      std::string waiting;
+    // Idle with nothing half done is no failure: the workers may be evaluating, for long.
+    if (!owed()) last_arrival_ = Clock::now();
+    const double waited_s = std::chrono::duration<double>(Clock::now() - last_arrival_).count();
+    if (waited_s > s_.timeout_s) {
+      std::string missing;
       for (size_t w = 0; w < worker_done_.size(); ++w) {
-        if (!worker_done_[w]) waiting += fmt::format("{}{}", waiting.empty() ? "" : ", ",
-                                                     s_.worker_ranks[w]);
+        if (worker_done_[w] || !step_lr_[w].empty()) continue;
+        missing += fmt::format("{}{}", missing.empty() ? "" : ", ", s_.worker_ranks[w]);
       }
-      log::error("rank {}: ps server {} heard from no worker for {:.0f} s (dist.timeout_s); "
-                 "unfinished worker rank(s): {}; ending the job",
-                 error_rank(), s_.index, idle_s, waiting);
+      log::error("rank {}: ps server {} waited {:.0f} s (dist.timeout_s) for the rest of a step; "
+                 "no complete push from worker rank(s) {}; ending the job",
+                 error_rank(), s_.index, waited_s, missing.empty() ? "none" : missing);
       abort_world(3);
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));

@@ -96,6 +96,9 @@ class PsServer {
   void send_state(size_t worker);
   void load_state(size_t worker);
   void install_norm_reducers();
+  // Something has arrived that waits for more (a step's pushes from some workers only), or
+  // a message is on its way.
+  bool owed() const;
   // Sums over the servers (bsp, ssp); async: as is.
   torch::Tensor reduce_over_servers(torch::Tensor values) const;
   torch::Tensor buffer_for(int64_t local);  // a push buffer of local chunk `local`
@@ -124,7 +127,8 @@ class PsServer {
   std::vector<bool> worker_done_;
   int64_t version_ = 0;  // updates applied
   size_t next_async_ = 0;
-  std::chrono::steady_clock::time_point last_arrival_;  // for serve()'s timeout
+  // serve()'s timeout: the last message, or the last moment nothing was owed.
+  std::chrono::steady_clock::time_point last_arrival_;
 };
 
 }  // namespace dtrain::dist

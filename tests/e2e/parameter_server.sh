@@ -4,6 +4,7 @@
 #     finishes, no step reads parameters more than 1 step old, the plan is in the checkpoint;
 #   - that checkpoint (1 server) resumed colocated on 2 servers;
 #   - bad input: servers that leave no worker, a misspelt placement;
+#   - a stalled worker: the dedicated server names it within dist.timeout_s;
 #   - Fashion-MNIST, 2 epochs: async within 1.5 points of BSP's test accuracy, SSP(2) within 2.5
 #     (measured 2026-11-26: bsp 90.20%, ssp(2) 88.55%, async 89.47%: two workers of equal speed
 #     run SSP(2) at its bound, every gradient 2 steps stale).
@@ -57,6 +58,18 @@ train 2 misspelt --set dist.ps.placement=dedicatd
 [ $? -eq 2 ] && grep -q 'did you mean dedicated?' "$work/misspelt.log" ||
   { cat "$work/misspelt.log"; fail "a misspelt placement"; }
 echo "ok: bad input ends in one line, exit 2"
+
+# A worker that stalls (rank 1, 2000x slower) under BSP: the dedicated server names it within
+# dist.timeout_s and the job ends.
+start=$(date +%s)
+train 3 stalled --set dist.ps.placement=dedicated --set train.max_steps=30 \
+  --set data.batch_size=16 --set "debug.slow_ranks=[1]" --set debug.slow_factor=2000 \
+  --set dist.timeout_s=3 && fail "a stalled worker ended in exit 0"
+took=$(($(date +%s) - start))
+grep -q "ps server 0 waited .* no complete push from worker rank(s) 1" "$work/stalled.log" ||
+  { tail "$work/stalled.log"; fail "no line names the stalled worker"; }
+[ "$took" -lt 30 ] || fail "the stalled job took $took s to end"
+echo "ok: a stalled worker is named by the server, the job ended in $took s"
 
 # Accuracy: BSP (the same steps as ddp), SSP(2) and async, 2 epochs each.
 for consistency in bsp ssp async; do
