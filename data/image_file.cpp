@@ -58,6 +58,34 @@ std::string errno_text(const char* what) {
   return fmt::format("{}: {}", what, std::strerror(errno));
 }
 
+// Opens `path` read-only, hands `read` the descriptor and the file's size, and closes it: the
+// problem `read` returns, or that of opening the file.
+template <typename Read>
+std::string with_open_file(const std::string& path, Read read) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno_text("cannot open");
+  struct stat info {};
+  const std::string problem = ::fstat(fd, &info) != 0
+                                  ? errno_text("cannot stat")
+                                  : read(fd, static_cast<size_t>(info.st_size));
+  ::close(fd);
+  return problem;
+}
+
+// Exactly `bytes.size()` bytes from `offset`, across short reads and interrupted calls.
+std::string read_at(int fd, std::vector<uint8_t>& bytes, size_t offset) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t got = ::pread(fd, bytes.data() + done, bytes.size() - done,
+                                static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return errno_text("cannot read");
+    if (got == 0) return "cannot read: the file shrank while being read";
+    done += static_cast<size_t>(got);
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string image_ends_problem(const std::vector<uint8_t>& head, const std::vector<uint8_t>& tail) {
@@ -83,59 +111,20 @@ std::string image_bytes_problem(const std::vector<uint8_t>& bytes) {
 }
 
 std::string image_file_problem(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno_text("cannot open");
-  std::string problem;
-  struct stat info {};
-  if (::fstat(fd, &info) != 0) {
-    problem = errno_text("cannot stat");
-  } else {
-    const auto size = static_cast<size_t>(info.st_size);
+  return with_open_file(path, [](int fd, size_t size) {
     std::vector<uint8_t> head(std::min(size, kPngStart.size()));
     std::vector<uint8_t> tail(std::min(size, kImageTailBytes));
-    const ssize_t got_head = ::pread(fd, head.data(), head.size(), 0);
-    const ssize_t got_tail =
-        ::pread(fd, tail.data(), tail.size(), static_cast<off_t>(size - tail.size()));
-    if (got_head < 0 || got_tail < 0) {
-      problem = errno_text("cannot read");
-    } else if (static_cast<size_t>(got_head) != head.size() ||
-               static_cast<size_t>(got_tail) != tail.size()) {
-      problem = "cannot read: the file shrank while being read";
-    } else {
-      problem = image_ends_problem(head, tail);
-    }
-  }
-  ::close(fd);
-  return problem;
+    std::string problem = read_at(fd, head, 0);
+    if (problem.empty()) problem = read_at(fd, tail, size - tail.size());
+    return problem.empty() ? image_ends_problem(head, tail) : problem;
+  });
 }
 
 std::string read_image_file(const std::string& path, std::vector<uint8_t>& bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno_text("cannot open");
-  std::string problem;
-  struct stat info {};
-  if (::fstat(fd, &info) != 0) {
-    problem = errno_text("cannot stat");
-  } else {
-    bytes.resize(static_cast<size_t>(info.st_size));
-    size_t done = 0;
-    while (done < bytes.size()) {
-      const ssize_t got = ::pread(fd, bytes.data() + done, bytes.size() - done,
-                                  static_cast<off_t>(done));
-      if (got < 0 && errno == EINTR) continue;
-      if (got < 0) {
-        problem = errno_text("cannot read");
-        break;
-      }
-      if (got == 0) {
-        problem = "cannot read: the file shrank while being read";
-        break;
-      }
-      done += static_cast<size_t>(got);
-    }
-  }
-  ::close(fd);
-  return problem;
+  return with_open_file(path, [&bytes](int fd, size_t size) {
+    bytes.resize(size);
+    return read_at(fd, bytes, 0);
+  });
 }
 
 #ifdef DTRAIN_OPENCV
