@@ -1,6 +1,7 @@
 #include "dist/factory.h"
 
 #include "dist/ddp/ddp.h"
+#include "dist/ps/collective.h"
 #include "dist/ps/ps.h"
 #include "dist/single.h"
 #include "dist/zero/zero.h"
@@ -25,6 +26,9 @@ std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
   }
   if (options.strategy == StrategyKind::kZero) return std::make_unique<ZeroStrategy>(world);
   if (options.strategy == StrategyKind::kPs) {
+    if (options.ps.use_collectives(world->device().is_cuda())) {
+      return std::make_unique<PsCollectiveStrategy>(options.ps, world);
+    }
     return std::make_unique<PsStrategy>(options.ps, world, options.timeout_s);
   }
   throw UserError(fmt::format("dist.strategy: \"{}\" is not available in this build",

@@ -52,6 +52,16 @@ void PsOptions::declare(OptionSpecs& keys) {
       .one_of({"bsp", "ssp", "async"});
   keys.add("staleness", &staleness, "ssp: steps a worker may run ahead of the slowest")
       .range(0, 1000000);
+  keys.add("transport", &transport,
+           "messages: point-to-point through host memory; collectives: reduce onto the "
+           "servers and broadcast from them on the device (colocated bsp and ssp); auto: "
+           "collectives on GPUs where they serve, messages otherwise")
+      .one_of({"auto", "messages", "collectives"});
+}
+
+bool PsOptions::use_collectives(bool on_gpus) const {
+  const bool serve = placement == "colocated" && consistency != "async";
+  return transport == "collectives" || (transport == "auto" && on_gpus && serve);
 }
 
 FieldErrors PsOptions::validate() const { return check_declared(*this); }
@@ -85,6 +95,13 @@ FieldErrors DistOptions::validate(const DistContext& context) const {
       errors.push_back({"strategy", "train.nonfinite = \"skip\" is not available with \"ps\" "
                                     "(a skipped step would leave the servers waiting); use "
                                     "\"stop\""});
+    }
+    if (ps.transport == "collectives" &&
+        (ps.placement != "colocated" || ps.consistency == "async")) {
+      errors.push_back({"ps.transport",
+                        "\"collectives\" serves placement \"colocated\" with consistency "
+                        "\"bsp\" or \"ssp\" only (a collective joins every worker); use "
+                        "\"messages\" or \"auto\""});
     }
     if (context.sync_batchnorm && ps.consistency != "bsp") {
       errors.push_back({"ps.consistency",

@@ -54,9 +54,16 @@ struct PsOptions {
   // each worker's push on arrival, each at lr / workers.
   std::string consistency = "bsp";
   int64_t staleness = 2;
+  // How pushes and pulls travel (dist/ps/collective.h): "messages", point-to-point through
+  // host memory (any placement and consistency); "collectives", reduces onto the servers
+  // and broadcasts from them on the device (colocated bsp and ssp); "auto", collectives where
+  // they serve on GPUs, messages otherwise.
+  std::string transport = "auto";
 
   void declare(OptionSpecs& keys);
   FieldErrors validate() const;
+  // Whether the collective transport carries this run (`on_gpus`: the workers' device).
+  bool use_collectives(bool on_gpus) const;
 };
 
 // How ranks cooperate. Each strategy's options are the subsection named after it.

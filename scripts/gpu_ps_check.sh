@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a multi-GPU machine, the parameter server: build, its multi-rank tests (CPU ranks and
 # GPU workers over NCCL), then ResNet-50 (configs/resnet50_ps.toml) on every GPU under ddp and
-# the ps variants, and again with worker 1 slowed 1.5x.
+# the ps variants (colocated bsp and ssp over collectives, the transport's default on GPUs;
+# bsp over messages and async, which runs over messages), and again with worker 1 slowed 1.5x.
 #   usage: scripts/gpu_ps_check.sh OUT_DIR [build|bench|all]   (default all; after
 #          scripts/prepare_gpu_deps.sh brought .deps)
 set -uo pipefail
@@ -26,7 +27,7 @@ steps=${STEPS:-60}
 echo "== ResNet-50 bf16 on $gpus GPUs, $steps steps: ddp and ps"
 scripts/sweep_strategies.sh build-gpu "$out/uniform" --ranks "$gpus" --steps "$steps" \
   --repeat 1 --config configs/resnet50_ps.toml \
-  --strategies "ddp ps:bsp ps:ssp1 ps:ssp2 ps:async" | tee "$out/uniform.md"
+  --strategies "ddp ps:bsp ps:ssp1 ps:ssp2 ps:bsp+messages ps:async" | tee "$out/uniform.md"
 echo "== the same, worker 1 slowed 1.5x"
 scripts/sweep_strategies.sh build-gpu "$out/straggler" --ranks "$gpus" --steps "$steps" \
   --repeat 1 --config configs/resnet50_ps.toml --strategies "ddp ps:bsp ps:ssp2" \

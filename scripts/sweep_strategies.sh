@@ -5,7 +5,8 @@
 #     --strategies "single ddp zero" (default; `single` runs at 1 rank only). A parameter
 #                                  server variant is ps[:OPTION+OPTION...], OPTION one of bsp,
 #                                  sspK (staleness K), async, dedicatedS (S server ranks beside
-#                                  the workers): "ps ps:ssp2 ps:async ps:bsp+dedicated1"
+#                                  the workers), messages or collectives (the transport):
+#                                  "ps ps:ssp2 ps:async ps:bsp+dedicated1 ps:bsp+messages"
 #     --steps N                    steps per run (default 200)
 #     --repeat N                   runs per point, to show the spread (default 3)
 #     --config FILE                the job (default configs/fashion_mnist.toml)
@@ -50,6 +51,7 @@ strategy_sets() {
   for option in $(tr '+' ' ' <<<"${1#*:}"); do
     case $option in
       bsp | async) variant+=(--set dist.ps.consistency="$option") ;;
+      messages | collectives) variant+=(--set dist.ps.transport="$option") ;;
       ssp[0-9]*) variant+=(--set dist.ps.consistency=ssp --set dist.ps.staleness="${option#ssp}") ;;
       dedicated[0-9]*)
         servers=${option#dedicated}

@@ -139,4 +139,10 @@ PsPlan make_ps_plan(const std::vector<int64_t>& numels, int servers, int64_t chu
   return plan;
 }
 
+void move_into_flat(torch::Tensor& param, const torch::Tensor& flat, int64_t offset) {
+  torch::Tensor view = flat.as_strided(param.sizes(), param.strides(), offset);
+  view.copy_(param);
+  param.set_(flat.storage(), flat.storage_offset() + offset, param.sizes(), param.strides());
+}
+
 }  // namespace dtrain::dist

@@ -50,6 +50,10 @@ struct PsPlan {
   std::string describe(const std::vector<std::string>& names, int64_t element_size) const;
 };
 
+// Points `param` (the module's own tensor) at `flat`'s storage from `offset`, keeping its
+// strides (elements in memory order, as its gradient lies in a bucket), its values copied.
+void move_into_flat(torch::Tensor& param, const torch::Tensor& flat, int64_t offset);
+
 // `numels`: the trainable parameters' element counts, in registration order.
 PsPlan make_ps_plan(const std::vector<int64_t>& numels, int servers, int64_t chunk_numel,
                     bool keep_tensors_whole);

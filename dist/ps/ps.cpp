@@ -5,9 +5,9 @@
 #include "dist/coalesced.h"
 #include "dist/comm/mpi_communicator.h"
 #include "dist/optimizer_state.h"
-#include "dist/ps/piece_state.h"
 #include "dist/ps/protocol.h"
 #include "dist/ps/state_message.h"
+#include "dist/ps/whole_state.h"
 
 #include <fmt/format.h>
 
@@ -26,14 +26,6 @@ Consistency consistency_of(const std::string& name) {
   if (name == "ssp") return Consistency::kSsp;
   if (name == "async") return Consistency::kAsync;
   return Consistency::kBsp;
-}
-
-// Points `param` (the module's own tensor) at `flat`'s storage from `offset`, keeping its
-// strides: elements in memory order, as its gradient lies in a bucket.
-void move_into(torch::Tensor& param, const torch::Tensor& flat, int64_t offset) {
-  torch::Tensor view = flat.as_strided(param.sizes(), param.strides(), offset);
-  view.copy_(param);
-  param.set_(flat.storage(), flat.storage_offset() + offset, param.sizes(), param.strides());
 }
 
 }  // namespace
@@ -192,7 +184,7 @@ void PsStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_o
       const BucketLayout& bucket = plan_.layout[b];
       torch::Tensor flat = torch::zeros({bucket.numel}, params_.front().options().requires_grad(false));
       for (size_t i = 0; i < bucket.params.size(); ++i) {
-        move_into(params_[bucket.params[i]], flat, bucket.offsets[i]);
+        move_into_flat(params_[bucket.params[i]], flat, bucket.offsets[i]);
       }
       bucket_of_first_param_[bucket.params.front()] = static_cast<int64_t>(b);
       param_flat_.push_back(flat);
@@ -479,33 +471,8 @@ void PsStrategy::commit_load() {
   if (!load_pending_) return;
   load_pending_ = false;
   if (worker_index_ == 0) {
-    std::vector<torch::Tensor> flat;
-    for (const torch::Tensor& param : params_) flat.push_back(to_memory_order(param.detach(), param).cpu());
     for (int s = 0; s < num_servers_; ++s) {
-      ps::StateMessage message;
-      int64_t numel = 0;
-      for (const int64_t c : plan_.chunks_of(s)) numel += plan_.chunks[c].numel;
-      message.params = torch::empty({numel}, flat.front().options());
-      int64_t chunk_start = 0, last_chunk = -1;
-      for (const PsPiece& piece : plan_.pieces) {
-        if (plan_.chunks[piece.chunk].server != s) continue;
-        if (piece.chunk != last_chunk) {
-          if (last_chunk >= 0) chunk_start += plan_.chunks[last_chunk].numel;
-          last_chunk = piece.chunk;
-        }
-        message.params.narrow(0, chunk_start + piece.chunk_offset, piece.numel)
-            .copy_(flat[piece.param].narrow(0, piece.param_offset, piece.numel));
-        const torch::Tensor& param = params_[piece.param];
-        const torch::optim::OptimizerParamState* state =
-            whole_ ? find_state(*whole_, param) : nullptr;
-        const std::vector<int64_t> shape = param.dim() <= 1
-                                               ? std::vector<int64_t>{piece.numel}
-                                               : std::vector<int64_t>{piece.numel, 1};
-        message.pieces.push_back(
-            state ? fields_to_bytes(slice_fields(state_fields(*state), param, piece.param_offset,
-                                                 piece.numel, shape))
-                  : std::string());
-      }
+      const ps::StateMessage message = server_state(plan_, s, params_, whole_.get());
       send_control(s, static_cast<int64_t>(ps::Command::kLoadState));
       torch::Tensor bytes = ps::encode(message);
       std::unique_ptr<Work> sent = requests_->send(bytes, server_rank(s), ps::kStateTag);
@@ -531,39 +498,12 @@ void PsStrategy::prepare_checkpoint() {
   sync_point();
   if (worker_index_ != 0) return;
   // Rank 0 assembles whole tensors' states from every server's pieces.
-  std::vector<std::vector<std::pair<int64_t, StateFields>>> pieces_of(params_.size());
+  std::vector<ps::StateMessage> servers;
   for (int s = 0; s < num_servers_; ++s) {
     send_control(s, static_cast<int64_t>(ps::Command::kSendState));
-    const ps::StateMessage message = ps::decode(receive_state(s), torch::Tensor());
-    size_t i = 0;
-    for (const PsPiece& piece : plan_.pieces) {
-      if (plan_.chunks[piece.chunk].server != s) continue;
-      DTRAIN_CHECK(i < message.pieces.size(), "ps: server {} sent the state of {} pieces", s,
-                   message.pieces.size());
-      if (!message.pieces[i].empty()) {
-        pieces_of[piece.param].emplace_back(
-            piece.param_offset,
-            fields_from_bytes(message.pieces[i], params_[piece.param].device()));
-      }
-      ++i;
-    }
+    servers.push_back(ps::decode(receive_state(s), torch::Tensor()));
   }
-  whole_ = make_optimizer_(params_);
-  std::vector<std::unique_ptr<torch::optim::OptimizerParamState>> states =
-      prototype_states(make_optimizer_, params_);
-  for (size_t p = 0; p < params_.size(); ++p) {
-    if (pieces_of[p].empty() || !states[p]) continue;
-    std::sort(pieces_of[p].begin(), pieces_of[p].end(),
-              [](const auto& a, const auto& b) { return a.first < b.first; });
-    std::vector<StateFields> fields;
-    std::vector<int64_t> offsets;
-    for (auto& [offset, piece] : pieces_of[p]) {
-      offsets.push_back(offset);
-      fields.push_back(std::move(piece));
-    }
-    set_state_fields(*states[p], join_fields(fields, offsets, params_[p]));
-    put_state(*whole_, params_[p], std::move(states[p]));
-  }
+  whole_ = whole_optimizer(plan_, params_, make_optimizer_, servers);
 }
 
 void PsStrategy::save(const std::string& dir) const {

@@ -21,6 +21,7 @@
 
 #include "dist/comm/communicator.h"
 #include "dist/ps/plan.h"
+#include "dist/ps/shard.h"
 #include "dist/strategy.h"
 
 #include <chrono>
@@ -66,10 +67,10 @@ class PsServer {
   // Every message sent has been received.
   bool sent() const { return sending_.empty(); }
 
-  int64_t version() const { return version_; }
+  int64_t version() const { return shard_.version(); }
   // Elements of parameters held here.
-  int64_t numel() const { return params_.numel(); }
-  double optimizer_state_mb() const;
+  int64_t numel() const { return shard_.numel(); }
+  double optimizer_state_mb() const { return shard_.optimizer_state_mb(); }
 
  private:
   struct Incoming {
@@ -91,32 +92,20 @@ class PsServer {
   bool push_complete(size_t worker) const;
   void apply_round();
   void apply_push(size_t worker);
-  void step_optimizer(double lr);
   void send_chunks(const std::vector<size_t>& workers);
   void send_state(size_t worker);
   void load_state(size_t worker);
-  void install_norm_reducers();
   // Something has arrived that waits for more (a step's pushes from some workers only), or
   // a message is on its way.
   bool owed() const;
-  // Sums over the servers (bsp, ssp); async: as is.
-  torch::Tensor reduce_over_servers(torch::Tensor values) const;
+  // Sums over the servers: the pieces' partial norms (bsp, ssp).
+  torch::Tensor sum_over_servers(torch::Tensor values) const;
   torch::Tensor buffer_for(int64_t local);  // a push buffer of local chunk `local`
   size_t worker_of(int rank) const;
 
   PsServerSetup s_;
   std::vector<std::string> names_;
-  std::vector<int64_t> chunk_ids_;    // the chunks held here, ascending
-  std::vector<int64_t> local_offset_; // per chunk held: its offset in params_
-  torch::Tensor params_;              // [numel], the chunks back to back
-  torch::Tensor grads_;               // [numel], the gradients being applied
-  std::vector<torch::Tensor> pieces_; // views of params_, [n] or [n, 1] (the tensor's rank class)
-  std::vector<int64_t> piece_param_;  // model parameter of each piece
-  std::vector<int64_t> piece_offset_; // and the piece's offset in it
-  std::vector<int64_t> param_numel_;
-  std::vector<torch::Tensor> model_params_;  // shapes and strides, for checkpoints
-  OptimizerFactory make_optimizer_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  PsShard shard_;  // on the host
 
   // [worker][local chunk]: pushes arrived and not yet applied, oldest first.
   std::vector<std::vector<std::deque<torch::Tensor>>> pushed_;
@@ -125,7 +114,6 @@ class PsServer {
   std::vector<std::deque<double>> step_lr_;  // [worker]: its complete pushes' lr, oldest first
   std::vector<Outgoing> sending_;
   std::vector<bool> worker_done_;
-  int64_t version_ = 0;  // updates applied
   size_t next_async_ = 0;
   // serve()'s timeout: the last message, or the last moment nothing was owed.
   std::chrono::steady_clock::time_point last_arrival_;

@@ -6,6 +6,7 @@
 // state to another number of servers and to and from DDP; async with one worker is the
 // single-process run. Float64: tolerance 1e-12.
 #include "dist/ddp/ddp.h"
+#include "dist/ps/collective.h"
 #include "dist/ps/plan.h"
 #include "dist/ps/ps.h"
 
@@ -16,6 +17,7 @@
 #include <chrono>
 #include <thread>
 
+using dtrain::dist::PsCollectiveStrategy;
 using dtrain::dist::PsOptions;
 using dtrain::dist::PsStrategy;
 using dtrain::dist::Role;
@@ -227,5 +229,156 @@ TEST_CASE("ps resumes on another number of servers, and to and from DDP", "[dist
   after.attach(*net, factory(options));
   after.load(dir);
   run(net, after, data, 2, kSteps, options.lr);
+  CHECK(max_difference(*net, *reference) < kTolerance);
+}
+
+// ---- The collective transport (dist/ps/collective.h): the same servers, their pushes and
+// pulls as reduces and broadcasts on the world's communicator.
+
+namespace {
+
+PsOptions collective_options(int64_t chunk_numel, const std::string& consistency = "bsp",
+                             int64_t staleness = 0) {
+  PsOptions options = ps_options("colocated", 1, chunk_numel, consistency, staleness);
+  options.transport = "collectives";
+  return options;
+}
+
+// One process on the whole global batch, each step's gradient taken at the parameters of
+// `k` updates before (the version SSP(k) over collectives reads: max(0, t - k)).
+Net train_reference_delayed(const Data& data, const dtrain::optim::OptimizerOptions& options,
+                            int64_t k) {
+  Net net = make_net();
+  Net reader = make_net();
+  auto optimizer = dtrain::optim::make_optimizer(options, net->parameters());
+  std::vector<std::vector<torch::Tensor>> versions;
+  const auto snapshot = [&] {
+    std::vector<torch::Tensor> values;
+    for (const torch::Tensor& param : net->parameters()) values.push_back(param.detach().clone());
+    versions.push_back(values);
+  };
+  snapshot();
+  for (int64_t step = 0; step < kSteps; ++step) {
+    const auto& read = versions[static_cast<size_t>(std::max<int64_t>(0, step - k))];
+    auto reader_params = reader->parameters();
+    {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < read.size(); ++i) reader_params[i].copy_(read[i]);
+    }
+    reader->zero_grad();
+    torch::nn::functional::cross_entropy(reader->forward(data.x[step]), data.y[step]).backward();
+    auto params = net->parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      params[i].mutable_grad() = reader_params[i].grad().clone();
+    }
+    optimizer->step();
+    snapshot();
+  }
+  return net;
+}
+
+}  // namespace
+
+TEST_CASE("ps over collectives: BSP equals one rank on the N-times batch", "[dist][ps]") {
+  const std::string name = GENERATE("sgd", "adamw", "lars", "lamb");
+  const int64_t chunk = GENERATE(7, 1000);
+  INFO(name << ", chunks of " << chunk);
+  const auto options = optimizer_options(name);
+  const Data data = make_data(world()->size());
+  Net reference = train_reference(data, options);
+  Net net = make_net(static_cast<uint64_t>(world()->rank()));
+  PsCollectiveStrategy strategy(collective_options(chunk), world());
+  strategy.attach(*net, factory(options));
+  train(net, strategy, data, 0, kSteps, options.lr);
+  CHECK(strategy.last_staleness() == 0);
+  strategy.finish();
+  CHECK(max_difference(*net, *reference) < kTolerance);
+}
+
+TEST_CASE("ps over collectives: SSP(k) takes the steps of gradients k updates old",
+          "[dist][ps]") {
+  // Whatever the timing (one worker slowed), a worker at step t reads version max(0, t - k):
+  // the run is deterministic, and every read is exactly k steps old once t >= k.
+  const int64_t k = GENERATE(1, 2, 3);
+  const std::string name = GENERATE("sgd", "lamb");
+  INFO(name << ", k = " << k);
+  const auto options = optimizer_options(name);
+  const Data data = make_data(world()->size());
+  Net reference = train_reference_delayed(data, options, k);
+  Net net = make_net();
+  PsCollectiveStrategy strategy(collective_options(7, "ssp", k), world());
+  strategy.attach(*net, factory(options));
+  for (int64_t step = 0; step < kSteps; ++step) {
+    train(net, strategy, data, step, step + 1, options.lr);
+    CHECK(strategy.last_staleness() == std::min(step, k));
+    if (world()->rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(stat(strategy.stats(), "ps/staleness_max") == std::min(kSteps - 1, k));
+  strategy.finish();
+  CHECK(max_difference(*net, *reference) < kTolerance);
+}
+
+TEST_CASE("ps over collectives: SSP(0) is BSP, bit for bit", "[dist][ps]") {
+  const auto options = optimizer_options("lamb");
+  const Data data = make_data(world()->size());
+  Net bsp = make_net();
+  {
+    PsCollectiveStrategy strategy(collective_options(7, "bsp"), world());
+    strategy.attach(*bsp, factory(options));
+    train(bsp, strategy, data, 0, kSteps, options.lr);
+    strategy.finish();
+  }
+  Net ssp = make_net();
+  PsCollectiveStrategy strategy(collective_options(7, "ssp", 0), world());
+  strategy.attach(*ssp, factory(options));
+  train(ssp, strategy, data, 0, kSteps, options.lr);
+  strategy.finish();
+  CHECK(max_difference(*bsp, *ssp) == 0.0);
+}
+
+TEST_CASE("ps over collectives resumes from messages and DDP, and messages from it",
+          "[dist][ps]") {
+  const auto options = optimizer_options("adamw");
+  const std::string route = GENERATE("messages-collectives", "ddp-collectives",
+                                     "collectives-messages");
+  INFO(route);
+  const std::string dir = fresh_directory("ps_collective_checkpoint_test_" + route);
+  const Data data = make_data(world()->size());
+  Net reference = train_reference(data, options);
+  Net net = make_net();
+  if (route == "ddp-collectives") {
+    dtrain::dist::DdpStrategy ddp(dtrain::dist::DdpOptions{}, world());
+    ddp.attach(*net, factory(options));
+    train(net, ddp, data, 0, 2, options.lr);
+    save_checkpoint(ddp, dir);
+  } else if (route == "messages-collectives") {
+    PsStrategy before(ps_options("colocated", 1, 7), world(), 60.0);
+    before.attach(*net, factory(options));
+    train(net, before, data, 0, 2, options.lr);
+    before.prepare_checkpoint();  // rank 0 asks every server: all keep serving until finish()
+    if (world()->rank() == 0) before.save(dir);
+    before.finish();
+    world()->barrier();
+  } else {
+    PsCollectiveStrategy before(collective_options(5), world());
+    before.attach(*net, factory(options));
+    train(net, before, data, 0, 2, options.lr);
+    save_checkpoint(before, dir);
+    before.finish();
+  }
+  if (route == "collectives-messages") {
+    PsStrategy after(ps_options("colocated", 1, 7), world(), 60.0);
+    after.attach(*net, factory(options));
+    after.load(dir);
+    run(net, after, data, 2, kSteps, options.lr);
+    CHECK(max_difference(*net, *reference) < kTolerance);
+    return;
+  }
+  PsCollectiveStrategy after(collective_options(3), world());
+  after.attach(*net, factory(options));
+  after.load_model_state(dtrain::dist::module_state(*net));
+  after.load(dir);
+  train(net, after, data, 2, kSteps, options.lr);
+  after.finish();
   CHECK(max_difference(*net, *reference) < kTolerance);
 }

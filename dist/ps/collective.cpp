@@ -1,0 +1,307 @@
+#include "dist/ps/collective.h"
+
+#include "common/error.h"
+#include "common/log.h"
+#include "dist/comm/gather.h"
+#include "dist/optimizer_state.h"
+#include "dist/ps/whole_state.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+
+namespace dtrain::dist {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// What the gradient reducer waits for after a bucket's pushes are issued: nothing. The
+// reduces read a copy of the bucket (or, for bsp, the bucket itself, which the next backward
+// writes only after this step's broadcasts, so after the reduces): they are waited for where
+// their clock is applied. Testing it moves the slots' collectives on (MPI progresses only
+// inside MPI calls).
+class IssuedWork : public Work {
+ public:
+  IssuedWork(std::shared_ptr<const TimePoint> when, std::function<void()> progress)
+      : when_(std::move(when)), progress_(std::move(progress)) {}
+  void wait() override {}
+  bool test() override {
+    progress_();
+    return true;
+  }
+  std::shared_ptr<const TimePoint> started() const override { return when_; }
+  std::shared_ptr<const TimePoint> finished() const override { return when_; }
+  int source() const override { return -1; }
+
+ private:
+  std::shared_ptr<const TimePoint> when_;
+  std::function<void()> progress_;
+};
+
+int64_t staleness_of(const PsOptions& options) {
+  return options.consistency == "ssp" ? options.staleness : 0;
+}
+
+torch::Tensor bytes_tensor(const std::string& bytes) {
+  torch::Tensor tensor = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+  std::memcpy(tensor.data_ptr(), bytes.data(), bytes.size());
+  return tensor;
+}
+
+}  // namespace
+
+PsCollectiveStrategy::PsCollectiveStrategy(PsOptions options, std::shared_ptr<Communicator> world)
+    : ReplicatedStrategy(std::move(world)), options_(std::move(options)) {
+  if (options_.placement != "colocated" || options_.consistency == "async") {
+    throw UserError(fmt::format(
+        "dist.ps.transport = \"collectives\" serves colocated bsp and ssp only (a collective "
+        "joins every worker); with placement \"{}\" and consistency \"{}\" use transport "
+        "\"messages\" or \"auto\"",
+        options_.placement, options_.consistency));
+  }
+  const int64_t k = staleness_of(options_);
+  push_delay_ = std::min<int64_t>(k, 1);
+  pull_delay_ = k - push_delay_;
+}
+
+void PsCollectiveStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) {
+  hold(model);
+  require_one_dtype(params_, names_, "ps");
+  make_optimizer_ = make_optimizer;
+  const int servers = comm_->size();
+
+  std::vector<int64_t> numels;
+  for (const torch::Tensor& param : params_) numels.push_back(param.numel());
+  const int64_t element_size = static_cast<int64_t>(params_.front().element_size());
+  const int64_t chunk_numel =
+      std::max<int64_t>(1, static_cast<int64_t>(options_.chunk_mb * kMiB) / element_size);
+  plan_ = make_ps_plan(numels, servers, chunk_numel, /*keep_tensors_whole=*/false);
+  if (comm_->rank() == 0) {
+    const std::string described = plan_.describe(names_, element_size);
+    log::info("{} workers, {} consistency{}, over collectives; {}", servers, options_.consistency,
+              options_.consistency == "ssp" ? fmt::format(" (staleness {})", options_.staleness)
+                                            : std::string(),
+              described.substr(0, described.find("  chunk ")));
+    log::debug("{}", described);
+  }
+  shard_ = std::make_unique<PsShard>(
+      plan_, comm_->rank(), params_, params_.front().device(), make_optimizer,
+      [comm = comm_](torch::Tensor values) {
+        if (comm->size() == 1) return values;
+        values = values.contiguous();
+        comm->all_reduce(values, ReduceOp::kSum)->wait();
+        return values;
+      },
+      /*whole_tensors=*/false);
+
+  const auto options = params_.front().options().requires_grad(false);
+  {
+    torch::NoGradGuard no_grad;
+    for (const BucketLayout& bucket : plan_.layout) {
+      torch::Tensor flat = torch::zeros({bucket.numel}, options);
+      for (size_t i = 0; i < bucket.params.size(); ++i) {
+        move_into_flat(params_[bucket.params[i]], flat, bucket.offsets[i]);
+      }
+      param_flat_.push_back(flat);
+    }
+  }
+  ReducerOptions reducer;
+  reducer.owner = "ps";
+  reducer.find_unused = true;  // a parameter without gradient pushes zeros
+  reducer_ = std::make_unique<GradientReducer>(params_, names_, comm_,
+                                               static_cast<CommHook&>(*this), reducer,
+                                               plan_.layout);
+  const auto slots = [&](int64_t count) {
+    std::vector<Slot> made(static_cast<size_t>(count));
+    for (Slot& slot : made) {
+      for (const BucketLayout& bucket : plan_.layout) {
+        slot.flat.push_back(torch::zeros({bucket.numel}, options));
+      }
+    }
+    return made;
+  };
+  if (push_delay_ == 0) {
+    // bsp: the pushes are applied before the next backward writes the buckets.
+    grad_slots_.resize(1);
+    for (const Bucket& bucket : reducer_->buckets()) grad_slots_[0].flat.push_back(bucket.flat);
+  } else {
+    grad_slots_ = slots(push_delay_ + 1);
+  }
+  param_slots_ = slots(pull_delay_ + 1);
+  buffer_sync_ = std::make_unique<BufferSync>(buffers_, comm_, BufferPolicy::kAverage);
+}
+
+std::unique_ptr<Work> PsCollectiveStrategy::launch(Bucket& bucket) {
+  const auto b = static_cast<size_t>(
+      std::find_if(plan_.layout.begin(), plan_.layout.end(),
+                   [&](const BucketLayout& layout) { return layout == bucket.layout; }) -
+      plan_.layout.begin());
+  DTRAIN_CHECK(b < plan_.layout.size(), "ps: a bucket the plan does not know");
+  Slot& slot = grad_slots_[static_cast<size_t>(clock_) % grad_slots_.size()];
+  const torch::Tensor& flat = slot.flat[b];
+  if (!flat.is_same(bucket.flat)) {
+    torch::NoGradGuard no_grad;
+    flat.copy_(bucket.flat);
+  }
+  for (int64_t c = plan_.first_chunk[b]; c < plan_.first_chunk[b + 1]; ++c) {
+    const PsChunk& chunk = plan_.chunks[c];
+    slot.works.push_back(
+        comm_->reduce(flat.narrow(0, chunk.offset, chunk.numel), chunk.server, ReduceOp::kSum));
+  }
+  return std::make_unique<IssuedWork>(comm_->now(), [this] {
+    for (Slot& grads : grad_slots_) {
+      for (auto& work : grads.works) work->test();
+    }
+  });
+}
+
+void PsCollectiveStrategy::after_backward(bool last_micro_step) {
+  // The reducer's record would hold the issue moments; the reduces are recorded where their
+  // clock is applied.
+  StepComm issued(comm_->rank(), comm_->size());
+  reducer_->after_backward(last_micro_step, issued);
+  if (last_micro_step) current_.set_backward_end(comm_->now());
+}
+
+void PsCollectiveStrategy::before_forward(int64_t step) {
+  (void)step;
+  read(std::max(read_, clock_ - staleness_of(options_)));
+  last_staleness_ = clock_ - read_;
+  max_staleness_ = std::max(max_staleness_, last_staleness_);
+}
+
+void PsCollectiveStrategy::step(double lr) {
+  grad_slots_[static_cast<size_t>(clock_) % grad_slots_.size()].lr = lr;
+  reducer_->after_step();
+  const int64_t due = clock_ - push_delay_;
+  ++clock_;
+  if (due >= applied_) apply(due);
+  end_step_record();
+  last_waits_ = std::move(waits_);
+  waits_.clear();
+}
+
+void PsCollectiveStrategy::apply(int64_t clock) {
+  DTRAIN_CHECK(clock == applied_, "ps: clock {} applied after {}", clock, applied_);
+  Slot& grads = grad_slots_[static_cast<size_t>(clock) % grad_slots_.size()];
+  const auto start = comm_->now();
+  // The reduces were issued bucket by bucket in plan order, one per chunk.
+  for (size_t c = 0; c < grads.works.size(); ++c) {
+    const PsChunk& chunk = plan_.chunks[c];
+    grads.works[c]->wait();
+    current_.add(Collective::kReduce, Traffic::kGradients,
+                 chunk.numel * static_cast<int64_t>(param_flat_.front().element_size()),
+                 std::move(grads.works[c]), chunk.server);
+  }
+  grads.works.clear();
+  waits_.emplace_back(start, comm_->now());
+
+  torch::NoGradGuard no_grad;
+  for (const int64_t c : shard_->chunk_ids()) {
+    const PsChunk& chunk = plan_.chunks[c];
+    shard_->chunk_grads(c).copy_(grads.flat[chunk.bucket].narrow(0, chunk.offset, chunk.numel));
+  }
+  shard_->grads().div_(static_cast<double>(comm_->size()));
+  shard_->step(grads.lr);
+  ++applied_;
+
+  Slot& out = param_slots_[static_cast<size_t>(applied_) % param_slots_.size()];
+  for (auto& work : out.works) work->wait();  // a version no forward read (a sync point's skip)
+  out.works.clear();
+  for (const int64_t c : shard_->chunk_ids()) {
+    const PsChunk& chunk = plan_.chunks[c];
+    out.flat[chunk.bucket].narrow(0, chunk.offset, chunk.numel).copy_(shard_->chunk_params(c));
+  }
+  for (const PsChunk& chunk : plan_.chunks) {
+    out.works.push_back(
+        comm_->broadcast(out.flat[chunk.bucket].narrow(0, chunk.offset, chunk.numel),
+                         chunk.server));
+  }
+}
+
+void PsCollectiveStrategy::read(int64_t version) {
+  if (version <= read_) return;
+  DTRAIN_CHECK(version <= applied_, "ps: version {} read before it was issued ({})", version,
+               applied_);
+  Slot& in = param_slots_[static_cast<size_t>(version) % param_slots_.size()];
+  const auto start = comm_->now();
+  const int64_t element_size = static_cast<int64_t>(param_flat_.front().element_size());
+  for (size_t c = 0; c < in.works.size(); ++c) {
+    const PsChunk& chunk = plan_.chunks[c];
+    in.works[c]->wait();
+    current_.add(Collective::kBroadcast, Traffic::kParameters, chunk.numel * element_size,
+                 std::move(in.works[c]), chunk.server);
+  }
+  in.works.clear();
+  waits_.emplace_back(start, comm_->now());
+  torch::NoGradGuard no_grad;
+  for (size_t b = 0; b < param_flat_.size(); ++b) param_flat_[b].copy_(in.flat[b]);
+  read_ = version;
+}
+
+void PsCollectiveStrategy::sync_point() {
+  while (applied_ < clock_) apply(applied_);
+  read(applied_);
+  for (Slot& slot : param_slots_) {  // versions skipped: complete their broadcasts
+    for (auto& work : slot.works) work->wait();
+    slot.works.clear();
+  }
+  if (comm_->size() > 1) buffer_sync_->sync(current_);
+}
+
+NamedTensors PsCollectiveStrategy::model_state() {
+  sync_point();
+  return module_state(*model_);
+}
+
+void PsCollectiveStrategy::load_model_state(const NamedTensors& state) {
+  copy_state(state, module_state(*model_));
+  shard_->set_params(params_);
+}
+
+void PsCollectiveStrategy::prepare_checkpoint() {
+  sync_point();
+  const torch::Tensor mine = ps::encode(shard_->state());
+  std::vector<std::string> all = all_gather_bytes(
+      *comm_, std::string(static_cast<const char*>(mine.data_ptr()),
+                          static_cast<size_t>(mine.numel())));
+  gathered_.clear();
+  if (comm_->rank() != 0) return;  // only rank 0 writes
+  for (const std::string& bytes : all) gathered_.push_back(ps::decode(bytes_tensor(bytes), {}));
+}
+
+void PsCollectiveStrategy::save(const std::string& dir) const {
+  DTRAIN_CHECK(static_cast<int>(gathered_.size()) == comm_->size(),
+               "ps: save() without prepare_checkpoint() on every rank");
+  save_optimizer(*whole_optimizer(plan_, params_, make_optimizer_, gathered_), dir);
+  std::ofstream plan(dir + "/ps_plan.txt");
+  plan << plan_.describe(names_, static_cast<int64_t>(params_.front().element_size()));
+  if (!plan) throw UserError(fmt::format("{}/ps_plan.txt: cannot write", dir));
+}
+
+void PsCollectiveStrategy::load(const std::string& dir) {
+  // Every rank reads the whole state and keeps its pieces.
+  std::unique_ptr<torch::optim::Optimizer> whole = make_optimizer_(params_);
+  load_optimizer_state(dir, params_, 0, static_cast<int64_t>(params_.size()), make_optimizer_,
+                       *whole);
+  shard_->load_state(server_state(plan_, comm_->rank(), params_, whole.get()));
+  shard_->set_params(params_);
+}
+
+Stats PsCollectiveStrategy::stats() const {
+  double wait_ms = 0.0;
+  for (const auto& [start, end] : last_waits_) wait_ms += start->ms_until(*end);
+  Stats stats = {{"memory/optimizer_state_mb", shard_->optimizer_state_mb()},
+                 {"ps/wait_ms", wait_ms},
+                 {"ps/staleness", static_cast<double>(last_staleness_)},
+                 {"ps/staleness_max", static_cast<double>(max_staleness_)}};
+  if (!last_.empty()) {
+    for (Stat& stat : last_.stats()) stats.push_back(std::move(stat));
+  }
+  return stats;
+}
+
+}  // namespace dtrain::dist

@@ -1,0 +1,85 @@
+#include "dist/ps/whole_state.h"
+
+#include "common/error.h"
+#include "dist/ps/piece_state.h"
+
+#include <algorithm>
+
+namespace dtrain::dist {
+
+namespace {
+
+std::vector<int64_t> piece_shape(const torch::Tensor& param, int64_t numel) {
+  return param.dim() <= 1 ? std::vector<int64_t>{numel} : std::vector<int64_t>{numel, 1};
+}
+
+}  // namespace
+
+ps::StateMessage server_state(const PsPlan& plan, int server,
+                              const std::vector<torch::Tensor>& params,
+                              const torch::optim::Optimizer* whole) {
+  std::vector<torch::Tensor> flat;
+  for (const torch::Tensor& param : params) {
+    flat.push_back(to_memory_order(param.detach(), param).cpu());
+  }
+  ps::StateMessage message;
+  int64_t numel = 0;
+  for (const int64_t c : plan.chunks_of(server)) numel += plan.chunks[c].numel;
+  message.params = torch::empty({numel}, flat.front().options());
+  int64_t chunk_start = 0, last_chunk = -1;
+  for (const PsPiece& piece : plan.pieces) {
+    if (plan.chunks[piece.chunk].server != server) continue;
+    if (piece.chunk != last_chunk) {
+      if (last_chunk >= 0) chunk_start += plan.chunks[last_chunk].numel;
+      last_chunk = piece.chunk;
+    }
+    message.params.narrow(0, chunk_start + piece.chunk_offset, piece.numel)
+        .copy_(flat[piece.param].narrow(0, piece.param_offset, piece.numel));
+    const torch::Tensor& param = params[piece.param];
+    const torch::optim::OptimizerParamState* state = whole ? find_state(*whole, param) : nullptr;
+    message.pieces.push_back(
+        state ? fields_to_bytes(slice_fields(state_fields(*state), param, piece.param_offset,
+                                             piece.numel, piece_shape(param, piece.numel)))
+              : std::string());
+  }
+  return message;
+}
+
+std::unique_ptr<torch::optim::Optimizer> whole_optimizer(
+    const PsPlan& plan, const std::vector<torch::Tensor>& params,
+    const OptimizerFactory& make_optimizer, const std::vector<ps::StateMessage>& servers) {
+  std::vector<std::vector<std::pair<int64_t, StateFields>>> pieces_of(params.size());
+  for (size_t s = 0; s < servers.size(); ++s) {
+    const ps::StateMessage& message = servers[s];
+    size_t i = 0;
+    for (const PsPiece& piece : plan.pieces) {
+      if (plan.chunks[piece.chunk].server != static_cast<int>(s)) continue;
+      DTRAIN_CHECK(i < message.pieces.size(), "ps: server {} sent the state of {} pieces", s,
+                   message.pieces.size());
+      if (!message.pieces[i].empty()) {
+        pieces_of[piece.param].emplace_back(
+            piece.param_offset, fields_from_bytes(message.pieces[i], params[piece.param].device()));
+      }
+      ++i;
+    }
+  }
+  std::unique_ptr<torch::optim::Optimizer> whole = make_optimizer(params);
+  std::vector<std::unique_ptr<torch::optim::OptimizerParamState>> states =
+      prototype_states(make_optimizer, params);
+  for (size_t p = 0; p < params.size(); ++p) {
+    if (pieces_of[p].empty() || !states[p]) continue;
+    std::sort(pieces_of[p].begin(), pieces_of[p].end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<StateFields> fields;
+    std::vector<int64_t> offsets;
+    for (auto& [offset, piece] : pieces_of[p]) {
+      offsets.push_back(offset);
+      fields.push_back(std::move(piece));
+    }
+    set_state_fields(*states[p], join_fields(fields, offsets, params[p]));
+    put_state(*whole, params[p], std::move(states[p]));
+  }
+  return whole;
+}
+
+}  // namespace dtrain::dist

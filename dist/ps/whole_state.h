@@ -1,0 +1,27 @@
+// Between a checkpoint's whole-tensor optimizer state (what single and ddp write) and the
+// servers' per-piece states (dist/ps/shard.h), for any optimizer, any plan and any number of
+// servers: what lets a ps run resume on another number of servers or from another strategy.
+#pragma once
+
+#include "dist/ps/plan.h"
+#include "dist/ps/state_message.h"
+#include "dist/strategy.h"
+
+#include <memory>
+#include <vector>
+
+namespace dtrain::dist {
+
+// What server `server` holds of `params` (the model's values) and of `whole`'s state (none
+// where `whole` is null or keeps none for a tensor): the message PsShard::load_state() reads.
+ps::StateMessage server_state(const PsPlan& plan, int server,
+                              const std::vector<torch::Tensor>& params,
+                              const torch::optim::Optimizer* whole);
+
+// The optimizer over whole `params` whose state the servers' messages (PsShard::state(), by
+// server index) hold in pieces.
+std::unique_ptr<torch::optim::Optimizer> whole_optimizer(
+    const PsPlan& plan, const std::vector<torch::Tensor>& params,
+    const OptimizerFactory& make_optimizer, const std::vector<ps::StateMessage>& servers);
+
+}  // namespace dtrain::dist
