@@ -68,6 +68,10 @@ void DebugOptions::declare(OptionSpecs& keys) {
   keys.add("slow_factor", &slow_factor,
            "a slowed rank's forward and backward take this many times as long")
       .at_least(1);
+  keys.add("slow_pattern", &slow_pattern,
+           "fixed: every slowed rank every step; rotating: step s slows slow_ranks[s mod n] "
+           "alone")
+      .one_of({"fixed", "rotating"});
 }
 
 FieldErrors DebugOptions::validate() const { return check_declared(*this); }

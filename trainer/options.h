@@ -69,12 +69,16 @@ struct TrainOptions {
 };
 
 // Stragglers made on demand, for experiments on what bounded staleness buys: a slowed rank
-// idles (slow_factor - 1) times as long as its forward and backward took, every step.
+// idles (slow_factor - 1) times as long as its forward and backward took.
 struct DebugOptions {
   // World ranks whose steps are slowed; empty: none. Each must be below the world size.
   std::vector<int64_t> slow_ranks;
   // Each slowed rank's forward and backward take this many times as long.
   double slow_factor = 1.5;
+  // "fixed": every slowed rank, every step (a slow machine: no staleness bound helps, the
+  // others catch up with it within k steps); "rotating": step s slows slow_ranks[s mod n]
+  // alone (delays that move between workers, which bounded staleness absorbs).
+  std::string slow_pattern = "fixed";
 
   void declare(OptionSpecs& keys);
   FieldErrors validate() const;

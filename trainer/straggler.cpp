@@ -7,11 +7,16 @@
 namespace dtrain::trainer {
 
 Straggler::Straggler(const DebugOptions& options, int rank, torch::Device device)
-    : slowed_(std::count(options.slow_ranks.begin(), options.slow_ranks.end(), rank) > 0),
-      extra_(options.slow_factor - 1.0),
-      device_(device) {}
+    : extra_(options.slow_factor - 1.0), device_(device) {
+  for (size_t i = 0; i < options.slow_ranks.size(); ++i) {
+    if (options.slow_ranks[i] == rank) turns_.push_back(static_cast<int64_t>(i));
+  }
+  if (options.slow_pattern == "rotating") ranks_ = static_cast<int64_t>(options.slow_ranks.size());
+}
 
-void Straggler::start() {
+void Straggler::start(int64_t step) {
+  slowed_ = !turns_.empty() &&
+            (ranks_ == 0 || std::count(turns_.begin(), turns_.end(), step % ranks_) > 0);
   if (!slowed_) return;
   // Not counting device work still queued: the previous step's update, this step's buffer sync.
   wait_for_device();

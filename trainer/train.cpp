@@ -128,7 +128,7 @@ class Trainer {
   void train_step() {
     const int64_t accum = config_.train.grad_accum;
     s_.strategy->before_forward(step_);
-    straggler_.start();
+    straggler_.start(step_);
     step_loss_.zero_();
     for (int64_t micro = 0; micro < accum; ++micro) {
       data::Batch batch;

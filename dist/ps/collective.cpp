@@ -6,6 +6,8 @@
 #include "dist/optimizer_state.h"
 #include "dist/ps/whole_state.h"
 
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -41,6 +43,33 @@ class IssuedWork : public Work {
   std::function<void()> progress_;
 };
 
+// The servers' work on their stream (GPUs), after what the compute stream has issued; the
+// compute stream is current again at the end of the scope.
+class OnServerStream {
+ public:
+  OnServerStream(const std::optional<c10::Stream>& server, c10::Device device) {
+    if (!server) return;
+    const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
+    compute_ = cuda.getStream(device);
+    c10::Event issued(c10::DeviceType::CUDA);
+    issued.record(*compute_);
+    issued.block(*server);
+    cuda.exchangeStream(*server);
+  }
+  ~OnServerStream() {
+    if (compute_) c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).exchangeStream(*compute_);
+  }
+  OnServerStream(const OnServerStream&) = delete;
+  OnServerStream& operator=(const OnServerStream&) = delete;
+
+ private:
+  std::optional<c10::Stream> compute_;
+};
+
+c10::Stream compute_stream(c10::Device device) {
+  return c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(device);
+}
+
 int64_t staleness_of(const PsOptions& options) {
   return options.consistency == "ssp" ? options.staleness : 0;
 }
@@ -62,9 +91,12 @@ PsCollectiveStrategy::PsCollectiveStrategy(PsOptions options, std::shared_ptr<Co
         "\"messages\" or \"auto\"",
         options_.placement, options_.consistency));
   }
-  const int64_t k = staleness_of(options_);
-  push_delay_ = std::min<int64_t>(k, 1);
-  pull_delay_ = k - push_delay_;
+  if (comm_->device().is_cuda()) {
+    const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
+    server_stream_ = cuda.getStreamFromGlobalPool(comm_->device());
+  } else {
+    push_delay_ = std::min<int64_t>(staleness_of(options_), 1);
+  }
 }
 
 void PsCollectiveStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) {
@@ -123,14 +155,20 @@ void PsCollectiveStrategy::attach(torch::nn::Module& model, const OptimizerFacto
     }
     return made;
   };
-  if (push_delay_ == 0) {
-    // bsp: the pushes are applied before the next backward writes the buckets.
+  const int64_t k = staleness_of(options_);
+  const int64_t grad_slots = server_stream_ ? k + 1 : push_delay_ + 1;
+  if (grad_slots == 1) {
+    // The pushes are applied before the next backward writes the buckets (on GPUs: before
+    // the broadcasts the next forward waits for).
     grad_slots_.resize(1);
     for (const Bucket& bucket : reducer_->buckets()) grad_slots_[0].flat.push_back(bucket.flat);
   } else {
-    grad_slots_ = slots(push_delay_ + 1);
+    grad_slots_ = slots(grad_slots);
   }
-  param_slots_ = slots(pull_delay_ + 1);
+  param_slots_ = slots(server_stream_ ? k + 1 : k - push_delay_ + 1);
+  if (server_stream_) {
+    for (int64_t i = 0; i < grad_slots; ++i) grad_slot_read_.emplace_back(c10::DeviceType::CUDA);
+  }
   buffer_sync_ = std::make_unique<BufferSync>(buffers_, comm_, BufferPolicy::kAverage);
 }
 
@@ -140,9 +178,13 @@ std::unique_ptr<Work> PsCollectiveStrategy::launch(Bucket& bucket) {
                    [&](const BucketLayout& layout) { return layout == bucket.layout; }) -
       plan_.layout.begin());
   DTRAIN_CHECK(b < plan_.layout.size(), "ps: a bucket the plan does not know");
-  Slot& slot = grad_slots_[static_cast<size_t>(clock_) % grad_slots_.size()];
+  const size_t s = static_cast<size_t>(clock_) % grad_slots_.size();
+  Slot& slot = grad_slots_[s];
   const torch::Tensor& flat = slot.flat[b];
   if (!flat.is_same(bucket.flat)) {
+    if (server_stream_) {  // the server stream has taken the slot's last clock
+      grad_slot_read_[s].block(compute_stream(comm_->device()));
+    }
     torch::NoGradGuard no_grad;
     flat.copy_(bucket.flat);
   }
@@ -186,7 +228,9 @@ void PsCollectiveStrategy::step(double lr) {
 
 void PsCollectiveStrategy::apply(int64_t clock) {
   DTRAIN_CHECK(clock == applied_, "ps: clock {} applied after {}", clock, applied_);
-  Slot& grads = grad_slots_[static_cast<size_t>(clock) % grad_slots_.size()];
+  const size_t s = static_cast<size_t>(clock) % grad_slots_.size();
+  Slot& grads = grad_slots_[s];
+  const OnServerStream on_server(server_stream_, comm_->device());
   const auto start = comm_->now();
   // The reduces were issued bucket by bucket in plan order, one per chunk.
   for (size_t c = 0; c < grads.works.size(); ++c) {
@@ -197,13 +241,14 @@ void PsCollectiveStrategy::apply(int64_t clock) {
                  std::move(grads.works[c]), chunk.server);
   }
   grads.works.clear();
-  waits_.emplace_back(start, comm_->now());
+  if (!server_stream_) waits_.emplace_back(start, comm_->now());  // the host waited
 
   torch::NoGradGuard no_grad;
   for (const int64_t c : shard_->chunk_ids()) {
     const PsChunk& chunk = plan_.chunks[c];
     shard_->chunk_grads(c).copy_(grads.flat[chunk.bucket].narrow(0, chunk.offset, chunk.numel));
   }
+  if (server_stream_) grad_slot_read_[s].record(*server_stream_);
   shard_->grads().div_(static_cast<double>(comm_->size()));
   shard_->step(grads.lr);
   ++applied_;
@@ -248,6 +293,11 @@ void PsCollectiveStrategy::sync_point() {
   for (Slot& slot : param_slots_) {  // versions skipped: complete their broadcasts
     for (auto& work : slot.works) work->wait();
     slot.works.clear();
+  }
+  if (server_stream_) {  // the shard's state, read on the compute stream from here on
+    c10::Event applied(c10::DeviceType::CUDA);
+    applied.record(*server_stream_);
+    applied.block(compute_stream(comm_->device()));
   }
   if (comm_->size() > 1) buffer_sync_->sync(current_);
 }

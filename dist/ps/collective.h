@@ -16,19 +16,22 @@
 // servers.
 //
 // Staleness as a pipeline. SSP(k) lets a worker computing clock t read any version >= t - k
-// (every update of clocks <= t - k - 1). Here it reads exactly version max(0, t - k), and the
-// slack hides communication: clock c's pushes are applied d = min(k, 1) steps later (the
-// reduces run behind the next step's compute) and its broadcast is read e = k - d steps after
-// it was issued. So bsp (k = 0) waits for both, ssp(1) hides the push, ssp(2) the push and the
-// pull. A slow worker holds the others back only once they are k steps ahead: the collectives
-// of the clocks in between are in flight, not waited for. Versions and reads are the same on
-// every rank and every run: training is deterministic.
+// (every update of clocks <= t - k - 1). Here it reads exactly version max(0, t - k): the
+// reads are the same on every rank and every run (training is deterministic), and the slack
+// hides communication and absorbs delays:
+//   GPUs     the servers work on a stream of their own: clock c's pushes are applied as soon
+//            as its reduces complete, without holding up the compute stream, and version
+//            c + 1 is read k steps after its broadcast was issued. A worker waits (its
+//            compute stream does) only for a broadcast, which needs every worker to have
+//            issued it: so it may lead the slowest by k steps. k + 1 gradient slots and
+//            k + 1 parameter slots; events order each slot's reuse across the two streams.
+//   CPU      MPI has no streams: the host waits where it applies. Clock c is applied d =
+//   ranks    min(k, 1) steps later (its reduces run behind the next step) and read k - d steps
+//            after its broadcast.
+// bsp (k = 0) waits for both, on either: about ZeRO-1's cost.
 //
-// GPU streams: a collective starts after the work issued before it on the compute stream,
-// and a wait makes the compute stream wait, not the host (dist/comm/communicator.h). That
-// alone orders the slots: a gradient slot is copied into before its reduce starts and reused
-// only after its clock was applied (which waited for the reduce); a parameter slot is read on
-// the compute stream before the broadcast that overwrites it is issued.
+// Otherwise a collective starts after the work issued before it on the stream that issues it,
+// and a wait makes that stream wait, not the host (dist/comm/communicator.h).
 #pragma once
 
 #include "dist/options.h"
@@ -36,7 +39,11 @@
 #include "dist/ps/shard.h"
 #include "dist/replicated.h"
 
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,13 +93,14 @@ class PsCollectiveStrategy : public ReplicatedStrategy, private CommHook {
   void sync_point();
 
   PsOptions options_;
-  int64_t push_delay_ = 0;  // d: steps between a clock's pushes and their application
-  int64_t pull_delay_ = 0;  // e: steps between a version's broadcast and its read
+  int64_t push_delay_ = 0;  // steps between a clock's pushes and their application
+  std::optional<c10::Stream> server_stream_;  // GPUs: the servers' work
+  std::vector<c10::Event> grad_slot_read_;  // GPUs, per gradient slot: its clock applied
   PsPlan plan_;
   std::unique_ptr<PsShard> shard_;
   std::vector<torch::Tensor> param_flat_;  // per bucket: the model's parameters, as views
-  std::vector<Slot> grad_slots_;           // d + 1, by clock
-  std::vector<Slot> param_slots_;          // e + 1, by version
+  std::vector<Slot> grad_slots_;           // by clock
+  std::vector<Slot> param_slots_;          // by version
   int64_t clock_ = 0;    // steps taken
   int64_t applied_ = 0;  // clocks applied: the newest version issued
   int64_t read_ = 0;     // the version in the model

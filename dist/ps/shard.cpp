@@ -105,7 +105,9 @@ void PsShard::install_norm_reducers() {
                       "with dist.ps.consistency = \"async\": the servers apply pushes "
                       "independently; set it to 0 or use \"bsp\" or \"ssp\"");
     }
-    return sum_over_servers_(sq_norm.to(torch::kFloat64)).to(sq_norm.options());
+    // A shard without pieces gets a host zero from LAMB: the sum runs on the shard's device.
+    return sum_over_servers_(sq_norm.to(params_.device(), torch::kFloat64))
+        .to(sq_norm.options());
   });
 }
 
