@@ -130,9 +130,16 @@ std::unique_ptr<data::Loader> make_loader(std::shared_ptr<const data::Dataset> d
 RunSetup build_run(const Config& config) {
   // One hardware work queue per GPU, unless the environment says otherwise: with several, the
   // communication stream's queue slowed every compute kernel launch (1.1 of 1.2 ms a step of
-  // DDP's overhead on ResNet-50, docs/PERFORMANCE.md). CUDA reads it when it starts, so before
-  // MPI (which may start CUDA) and before any device query.
-  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", /*overwrite=*/0);
+  // DDP's overhead on ResNet-50, docs/PERFORMANCE.md). Not for SSP over collectives: in one
+  // queue, the servers' wait for a slow worker's pushes holds up every compute kernel queued
+  // behind it, and the slack is gone (a worker slowed 1.5x every other step: 5,392 img/s with
+  // one queue, 6,083 with eight, 2 x H200). CUDA reads it when it starts, so before MPI
+  // (which may start CUDA) and before any device query.
+  const dist::PsOptions& ps = config.dist.ps;
+  const bool ssp_over_collectives = config.dist.strategy == dist::StrategyKind::kPs &&
+                                    ps.consistency == "ssp" && ps.staleness > 0 &&
+                                    ps.use_collectives(/*on_gpus=*/true);
+  if (!ssp_over_collectives) setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", /*overwrite=*/0);
   RunSetup setup;
   setup.world = dist::init_world();
   log::configure(setup.world.rank, log::Level::kInfo);

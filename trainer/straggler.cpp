@@ -1,6 +1,6 @@
 #include "trainer/straggler.h"
 
-#include <torch/cuda.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <algorithm>
 
@@ -33,7 +33,12 @@ void Straggler::pause(dist::Strategy& strategy, Timeline& timeline) {
 }
 
 void Straggler::wait_for_device() const {
-  if (device_.is_cuda()) torch::cuda::synchronize(device_.index());
+  // The compute stream only: a device-wide sync would also wait for collectives queued on
+  // other streams that need the other ranks, and so tie this rank to them (a parameter
+  // server's slack would be gone).
+  if (device_.is_cuda()) {
+    c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(device_).synchronize();
+  }
 }
 
 }  // namespace dtrain::trainer

@@ -26,8 +26,8 @@ class Straggler {
   void start(int64_t step);
   // After the last micro-step's after_backward(): strategy.pause() for (slow_factor - 1) times
   // the time since start(), shown on `timeline` as the host span "straggler pause". On CUDA it
-  // waits for the device at start() and here (a host sync per step, on slowed ranks only), so
-  // the time measured is the device's forward and backward.
+  // waits for the compute stream at start() and here (a host sync per slowed step), so the
+  // time measured is the device's forward and backward.
   void pause(dist::Strategy& strategy, Timeline& timeline);
 
  private:
