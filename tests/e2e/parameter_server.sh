@@ -3,7 +3,9 @@
 #   - dedicated server ranks beside the workers, with a straggler under SSP(1): the run
 #     finishes, no step reads parameters more than 1 step old, the plan is in the checkpoint;
 #   - that checkpoint (1 server) resumed colocated on 2 servers;
-#   - bad input: servers that leave no worker, a misspelt placement;
+#   - the collective transport (dist/ps/collective.h), SSP(2): every read exactly 2 steps old
+#     once the run is 2 steps in;
+#   - bad input: servers that leave no worker, a misspelt placement, collectives under async;
 #   - a stalled worker: the dedicated server names it within dist.timeout_s;
 #   - Fashion-MNIST, 2 epochs: async within 1.5 points of BSP's test accuracy, SSP(2) within 2.5
 #     (measured 2026-11-26: bsp 90.20%, ssp(2) 88.55%, async 89.47%: two workers of equal speed
@@ -50,6 +52,16 @@ train 2 resumed --resume --set train.max_steps=30 --set data.batch_size=16 \
 grep -q "resumed from .*step_00000020 at step 20" "$work/resumed.log" || fail "no resume line"
 echo "ok: a 1-server checkpoint resumed on 2 colocated servers"
 
+# The collective transport under SSP(2): reads exactly 2 steps old.
+train 2 collectives --set dist.ps.transport=collectives --set dist.ps.consistency=ssp \
+  --set dist.ps.staleness=2 --set train.max_steps=30 --set run.log_every=5 \
+  --set data.batch_size=16 || { tail "$work/collectives.log"; fail "the collective run failed"; }
+grep -q "2 workers, ssp consistency (staleness 2), over collectives" "$work/collectives.log" ||
+  fail "no plan line for the collective transport"
+[ "$(metric_max collectives ps/staleness)" = 2.0 ] || fail "ssp(2) over collectives: staleness \
+$(metric_max collectives ps/staleness), not 2"
+echo "ok: ssp(2) over collectives reads parameters exactly 2 steps old"
+
 # Bad input: one line naming the problem, exit 2.
 train 2 no_workers --set dist.ps.placement=dedicated --set dist.ps.servers=2
 [ $? -eq 2 ] && grep -q "leave no worker" "$work/no_workers.log" ||
@@ -57,6 +69,9 @@ train 2 no_workers --set dist.ps.placement=dedicated --set dist.ps.servers=2
 train 2 misspelt --set dist.ps.placement=dedicatd
 [ $? -eq 2 ] && grep -q 'did you mean dedicated?' "$work/misspelt.log" ||
   { cat "$work/misspelt.log"; fail "a misspelt placement"; }
+train 2 async_collectives --set dist.ps.transport=collectives --set dist.ps.consistency=async
+[ $? -eq 2 ] && grep -q 'dist.ps.transport: "collectives" serves placement "colocated"' \
+  "$work/async_collectives.log" || { cat "$work/async_collectives.log"; fail "collectives, async"; }
 echo "ok: bad input ends in one line, exit 2"
 
 # A worker that stalls (rank 1, 2000x slower) under BSP: the dedicated server names it within

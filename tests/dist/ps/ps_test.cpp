@@ -282,14 +282,15 @@ Net train_reference_delayed(const Data& data, const dtrain::optim::OptimizerOpti
 TEST_CASE("ps over collectives: BSP equals one rank on the N-times batch", "[dist][ps]") {
   const std::string name = GENERATE("sgd", "adamw", "lars", "lamb");
   const int64_t chunk = GENERATE(7, 1000);
-  INFO(name << ", chunks of " << chunk);
+  const int64_t micro = GENERATE(1, 2);  // gradient accumulation: pushed once per step
+  INFO(name << ", chunks of " << chunk << ", " << micro << " micro-step(s)");
   const auto options = optimizer_options(name);
   const Data data = make_data(world()->size());
   Net reference = train_reference(data, options);
   Net net = make_net(static_cast<uint64_t>(world()->rank()));
   PsCollectiveStrategy strategy(collective_options(chunk), world());
   strategy.attach(*net, factory(options));
-  train(net, strategy, data, 0, kSteps, options.lr);
+  train(net, strategy, data, 0, kSteps, options.lr, micro);
   CHECK(strategy.last_staleness() == 0);
   strategy.finish();
   CHECK(max_difference(*net, *reference) < kTolerance);
