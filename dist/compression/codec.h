@@ -38,17 +38,18 @@ class Codec {
   virtual std::string kind() const = 0;
   // The collective that carries the messages (all-reduce or all-gather).
   virtual Collective collective() const = 0;
-  // Encodes bucket.flat (plus its residual) and starts the exchange; at
-  // `step` counted from the codec's first step. In flight until the Work's wait().
+  // Encodes bucket.flat (plus its residual) and starts the exchange, at `step` counted from
+  // the codec's first step. In flight until the Work's wait(); called on every rank for the
+  // same buckets in the same order (the reducer's contract).
   virtual std::unique_ptr<Work> launch(Bucket& bucket, int64_t step) = 0;
   // After the wait: bucket.flat becomes the average over ranks of the decoded messages.
   virtual void finish(Bucket& bucket) = 0;
-  // The payload (nccl-tests' size: all-reduce the tensor, all-gather its output) of bucket
+  // The payload (nccl-tests' size: all-reduce the tensor, all-gather its output) of the
   // bucket's last exchange, in bytes.
   virtual int64_t payload_bytes(const Bucket& bucket) const = 0;
 
-  // Error feedback and other state: the residuals (none without error feedback), the
-  // checkpointed state, and what to do after the reducer re-planned its buckets.
+  // Error feedback and other state: the residuals (none without error feedback), the slots'
+  // names, the checkpointed state, and moving the state after the reducer re-planned.
   std::vector<torch::Tensor> residuals() const { return state_.all(0); }
   const std::vector<std::string>& slots() const { return state_.slots(); }
   virtual CodecState state() const { return {state_.by_param(), {}}; }

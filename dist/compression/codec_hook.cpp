@@ -13,8 +13,7 @@ double sent_per_rank(Collective collective, double payload, int ranks) {
   return (n - 1.0) / n * payload;
 }
 
-double total_ms(const std::vector<std::pair<std::shared_ptr<const TimePoint>,
-                                            std::shared_ptr<const TimePoint>>>& intervals) {
+double total_ms(const std::vector<Interval>& intervals) {
   double ms = 0.0;
   for (const auto& [start, end] : intervals) ms += start->ms_until(*end);
   return ms;

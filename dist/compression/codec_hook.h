@@ -17,6 +17,9 @@
 
 namespace dtrain::dist::compression {
 
+// From start to end on the communicator's clock.
+using Interval = std::pair<std::shared_ptr<const TimePoint>, std::shared_ptr<const TimePoint>>;
+
 class CodecHook : public CommHook {
  public:
   CodecHook(CommHook& plain, std::unique_ptr<Codec> codec, std::shared_ptr<Communicator> comm,
@@ -38,7 +41,6 @@ class CodecHook : public CommHook {
 
  private:
   bool compressing() const { return step_ >= warmup_steps_; }
-  using Interval = std::pair<std::shared_ptr<const TimePoint>, std::shared_ptr<const TimePoint>>;
   struct Record {
     double raw_bytes = 0.0;   // what an uncompressed all-reduce would send, per rank
     double wire_bytes = 0.0;  // what was sent, per rank
