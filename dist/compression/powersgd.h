@@ -7,7 +7,9 @@
 // average). Matrices that rank r would not shrink ((n + m) r >= n m) and tensors of one
 // dimension (biases, norms) are averaged exactly. With error feedback M includes the residual
 // and the residual becomes M - P Q_i^T, this rank's own decoded message. Round 1 starts from
-// the reducer's hook, overlapping backward; round 2 runs in the Work's wait(), after it.
+// the reducer's hook, overlapping backward; round 2 when a poll from the hooks finds round 1
+// done (MPI), or else in the bucket's wait() after backward (NCCL: the compute stream must
+// not wait for round 1 in the middle of backward).
 #pragma once
 
 #include "dist/compression/codec.h"
