@@ -60,6 +60,17 @@ void BucketState::relayout(const std::vector<Bucket>& buckets) {
   if (!same) set_by_param(by_param());
 }
 
+int64_t BucketState::bytes() const {
+  int64_t total = 0;
+  for (const Entry& entry : entries_) {
+    for (const torch::Tensor& tensor : entry.slots) total += tensor.defined() ? tensor.nbytes() : 0;
+  }
+  for (const ByParam& slot : pending_) {
+    for (const auto& item : slot) total += item.second.nbytes();
+  }
+  return total;
+}
+
 std::vector<torch::Tensor> BucketState::all(size_t slot) const {
   std::vector<torch::Tensor> tensors;
   for (const Entry& entry : entries_) {

@@ -36,6 +36,8 @@ class BucketState {
   void relayout(const std::vector<Bucket>& buckets);
   // Every bucket's tensor of `slot` made so far.
   std::vector<torch::Tensor> all(size_t slot) const;
+  // Bytes held, every slot of every bucket and what waits for first use.
+  int64_t bytes() const;
 
  private:
   struct Entry {

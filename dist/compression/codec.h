@@ -53,6 +53,8 @@ class Codec {
   std::vector<torch::Tensor> residuals() const { return state_.all(0); }
   const std::vector<std::string>& slots() const { return state_.slots(); }
   virtual CodecState state() const { return {state_.by_param(), {}}; }
+  // Bytes of state kept between steps (residuals, momentum, PowerSGD's Q).
+  virtual int64_t state_bytes() const { return state_.bytes(); }
   virtual void set_state(CodecState state) { state_.set_by_param(std::move(state.slots)); }
   void relayout(const std::vector<Bucket>& buckets) { state_.relayout(buckets); }
 

@@ -76,7 +76,8 @@ Stats CodecHook::stats() const {
   return {{"comm/compression_ratio", ratio},
           {"comm/encode_ms", total_ms(last_.encode)},
           {"comm/decode_ms", total_ms(last_.decode)},
-          {"comm/residual_norm", std::sqrt(residual_sq)}};
+          {"comm/residual_norm", std::sqrt(residual_sq)},
+          {"memory/codec_state_mb", static_cast<double>(codec_->state_bytes()) / (1 << 20)}};
 }
 
 }  // namespace dtrain::dist::compression

@@ -7,6 +7,7 @@
 //                           all-gather (n-1)/n x output): gathered codecs lose ratio with n
 //   comm/encode_ms, comm/decode_ms   summed over the buckets
 //   comm/residual_norm      L2 norm of this rank's error-feedback residuals
+//   memory/codec_state_mb   what the codec keeps between steps on this rank
 #pragma once
 
 #include "dist/compression/codec.h"

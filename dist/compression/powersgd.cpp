@@ -150,6 +150,12 @@ int64_t PowerSgdCodec::payload_bytes(const Bucket& bucket) const {
   return flight.first.nbytes() + flight.second.nbytes();
 }
 
+int64_t PowerSgdCodec::state_bytes() const {
+  int64_t total = Codec::state_bytes();
+  for (const auto& item : q_) total += item.second.nbytes();
+  return total;
+}
+
 CodecState PowerSgdCodec::state() const {
   CodecState state = Codec::state();
   state.shared = q_;

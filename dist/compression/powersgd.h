@@ -27,6 +27,7 @@ class PowerSgdCodec : public Codec {
   int64_t payload_bytes(const Bucket& bucket) const override;
 
   CodecState state() const override;
+  int64_t state_bytes() const override;
   void set_state(CodecState state) override;
 
  private:

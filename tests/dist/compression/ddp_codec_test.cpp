@@ -43,6 +43,7 @@ TEST_CASE("DDP with fp16 or bf16 gradients stays close to one rank", "[codec]") 
   CHECK(max_difference(*run.net, *reference) < (compression.kind == "fp16" ? 1e-4 : 1e-3));
   // float64 buckets sent as 2-byte elements.
   CHECK(stat(run.strategy->stats(), "comm/compression_ratio") == 4.0);
+  CHECK(stat(run.strategy->stats(), "memory/codec_state_mb") == 0.0);  // no residuals
 }
 
 TEST_CASE("codec state resumes exactly on the same ranks", "[codec]") {
@@ -63,6 +64,10 @@ TEST_CASE("codec state resumes exactly on the same ranks", "[codec]") {
   Trained first = start(compression, make_net());
   train(first.net, *first.strategy, data, 0, kSteps / 2, lr);
   CHECK(stat(first.strategy->stats(), "comm/residual_norm") > 0);
+  // At least a float64 residual per gradient element.
+  int64_t elements = 0;
+  for (const torch::Tensor& param : first.net->parameters()) elements += param.numel();
+  CHECK(stat(first.strategy->stats(), "memory/codec_state_mb") * (1 << 20) >= elements * 8.0);
   const std::string dir = fresh_directory("codec_resume_" + compression.kind);
   save_checkpoint(*first.strategy, dir);
   Trained resumed = start(compression, copy_of(first.net));
