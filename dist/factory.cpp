@@ -22,7 +22,7 @@ std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
     return std::make_unique<SingleStrategy>(world);
   }
   if (options.strategy == StrategyKind::kDdp) {
-    return std::make_unique<DdpStrategy>(options.ddp, world);
+    return std::make_unique<DdpStrategy>(options.ddp, world, options.compression);
   }
   if (options.strategy == StrategyKind::kZero) return std::make_unique<ZeroStrategy>(world);
   if (options.strategy == StrategyKind::kPs) {

@@ -66,6 +66,36 @@ bool PsOptions::use_collectives(bool on_gpus) const {
 
 FieldErrors PsOptions::validate() const { return check_declared(*this); }
 
+void CompressionOptions::declare(OptionSpecs& keys) {
+  keys.add("kind", &kind,
+           "gradient codec: none, fp16 or bf16 (scaled casts), topk (largest `ratio`), powersgd "
+           "(rank-`rank` factors) or onebit (signs, a scale per `chunk` elements)")
+      .one_of({"none", "fp16", "bf16", "topk", "powersgd", "onebit"});
+  keys.add("ratio", &ratio, "topk: fraction of each bucket's elements sent").range(1e-6, 1.0);
+  keys.add("rank", &rank, "powersgd: rank of the factors of each gradient matrix").range(1, 1024);
+  keys.add("chunk", &chunk, "onebit: elements per scale, a multiple of 8").range(8, 1 << 24);
+  keys.add("error_feedback", &error_feedback,
+           "topk, powersgd, onebit: add what was not sent to the next step's gradient");
+  keys.add("momentum", &momentum,
+           "topk: DGC momentum correction (0: off; then give the optimizer no momentum)")
+      .range(0.0, 0.999);
+  keys.add("sparsity_warmup_steps", &sparsity_warmup_steps,
+           "topk: steps over which the sent fraction falls from 25% to `ratio`")
+      .range(0, 1000000000);
+  keys.add("warmup_steps", &warmup_steps,
+           "steps of uncompressed all-reduce before the codec starts").range(0, 1000000000);
+}
+
+FieldErrors CompressionOptions::validate() const {
+  FieldErrors errors = check_declared(*this);
+  if (chunk % 8 != 0) {
+    errors.push_back({"chunk", fmt::format("{} is not a multiple of 8 (the signs are packed 8 "
+                                           "to a byte); use {}",
+                                           chunk, (chunk + 7) / 8 * 8)});
+  }
+  return errors;
+}
+
 void DistOptions::declare(OptionSpecs& keys) {
   keys.add("strategy", &strategy, kStrategyNames,
            "how ranks cooperate: single (one rank), ddp (data parallel), zero (data "
@@ -76,6 +106,7 @@ void DistOptions::declare(OptionSpecs& keys) {
   keys.add_section("ddp", ddp);
   keys.add_section("zero", zero);
   keys.add_section("ps", ps);
+  keys.add_section("compression", compression);
 }
 
 FieldErrors DistOptions::validate(const DistContext& context) const {
@@ -83,6 +114,27 @@ FieldErrors DistOptions::validate(const DistContext& context) const {
   for (FieldError& error : ddp.validate()) errors.push_back({"ddp." + error.key, error.problem});
   for (FieldError& error : zero.validate()) errors.push_back({"zero." + error.key, error.problem});
   for (FieldError& error : ps.validate()) errors.push_back({"ps." + error.key, error.problem});
+  for (FieldError& error : compression.validate()) {
+    errors.push_back({"compression." + error.key, error.problem});
+  }
+  if (compression.enabled() &&
+      (strategy == StrategyKind::kPs || strategy == StrategyKind::kZero)) {
+    errors.push_back({"compression.kind",
+                      fmt::format("\"{}\": dist.compression is available with dist.strategy = "
+                                  "\"ddp\" only in this version; use kind = \"none\" under \"{}\"",
+                                  compression.kind, strategy_name(strategy))});
+  }
+  if (compression.has_residuals() && (context.fp16_loss_scaling || context.skip_nonfinite)) {
+    // A residual keeps what a step did not send: a loss-scaled or non-finite gradient in it
+    // would spoil every later step.
+    errors.push_back({"compression.error_feedback",
+                      fmt::format("\"{}\" with error feedback is not available with {}; use "
+                                  "train.precision = \"bf16\" and train.nonfinite = \"stop\"",
+                                  compression.kind,
+                                  context.fp16_loss_scaling
+                                      ? "fp16 loss scaling (train.precision = \"fp16\")"
+                                      : "train.nonfinite = \"skip\"")});
+  }
   if (strategy == StrategyKind::kPs) {
     // A worker's pushes of a step are applied when its step() arrives: every step must end
     // in one, and nothing may make the workers wait on each other between steps.
@@ -127,7 +179,8 @@ FieldErrors DistOptions::unused_keys() const {
     const std::string section = key.substr(0, dot);
     const bool of_a_strategy = std::find(kStrategyNames.begin(), kStrategyNames.end(),
                                          section) != kStrategyNames.end();
-    if (of_a_strategy && section != strategy_name(strategy)) {
+    const bool unused_codec = section == "compression" && strategy == StrategyKind::kSingle;
+    if ((of_a_strategy && section != strategy_name(strategy)) || unused_codec) {
       warnings.push_back({key, fmt::format("has no effect under dist.strategy = \"{}\"",
                                            strategy_name(strategy))});
     }

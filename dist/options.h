@@ -66,6 +66,35 @@ struct PsOptions {
   bool use_collectives(bool on_gpus) const;
 };
 
+// [dist.compression]: gradient codecs (dist/compression/codec.h), under "ddp" in this version.
+struct CompressionOptions {
+  // "none"; "fp16" or "bf16": a cast, scaled so the sum cannot overflow; "topk": the largest
+  // `ratio` of each bucket's elements; "powersgd": rank-`rank` factors (Vogels et al. 2019);
+  // "onebit": signs with one scale per `chunk` elements.
+  std::string kind = "none";
+  double ratio = 0.01;
+  int64_t rank = 4;
+  int64_t chunk = 1024;
+  // topk, powersgd, onebit: what was not sent is added to the next step's gradient.
+  bool error_feedback = true;
+  // topk: momentum correction of Deep Gradient Compression (Lin et al. 2018), 0 = off; the
+  // momentum is then accumulated before compression, so the optimizer should have none.
+  double momentum = 0.0;
+  // topk: steps over which the sent fraction falls exponentially from 25% to `ratio` (DGC's
+  // sparsity warm-up), counted from the first compressed step.
+  int64_t sparsity_warmup_steps = 0;
+  // Steps of uncompressed all-reduce before the codec starts (any codec).
+  int64_t warmup_steps = 0;
+
+  bool enabled() const { return kind != "none"; }
+  // Whether the codec keeps error-feedback residuals.
+  bool has_residuals() const {
+    return error_feedback && (kind == "topk" || kind == "powersgd" || kind == "onebit");
+  }
+  void declare(OptionSpecs& keys);
+  FieldErrors validate() const;
+};
+
 // How ranks cooperate. Each strategy's options are the subsection named after it.
 enum class StrategyKind { kSingle, kDdp, kZero, kPs };
 // The config names of the strategies, in the order of StrategyKind.
@@ -93,6 +122,7 @@ struct DistOptions {
   DdpOptions ddp;
   ZeroOptions zero;
   PsOptions ps;
+  CompressionOptions compression;
 
   void declare(OptionSpecs& keys);
   // The declared ranges and choices, the subsections' checks, and what the chosen strategy

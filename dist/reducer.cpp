@@ -49,7 +49,7 @@ void GradientReducer::build(const Layout& layout) {
   bucket_of_.assign(params_.size(), -1);
   views_.assign(params_.size(), torch::Tensor());
   for (size_t b = 0; b < layout.size(); ++b) {
-    Bucket bucket{layout[b], torch::Tensor()};
+    Bucket bucket{layout[b], torch::Tensor(), static_cast<int64_t>(b)};
     const torch::Tensor& first = params_.at(bucket.layout.params.front());
     bucket.flat = torch::zeros({bucket.layout.numel}, first.options().requires_grad(false));
     for (size_t i = 0; i < bucket.layout.params.size(); ++i) {

@@ -52,6 +52,7 @@ Layout packed_layout(const BucketPlan& plan, const std::vector<torch::Tensor>& p
 struct Bucket {
   BucketLayout layout;
   torch::Tensor flat;  // [layout.numel], the parameters' gradients as views
+  int64_t index = 0;   // in launch order (a hook's per-bucket state is kept by it)
 };
 
 // What happens to a complete bucket. Called on every rank for the same buckets in the same

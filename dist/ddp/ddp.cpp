@@ -1,5 +1,8 @@
 #include "dist/ddp/ddp.h"
 
+#include "common/error.h"
+#include "dist/comm/gather.h"
+#include "dist/compression/codec_file.h"
 #include "dist/optimizer_state.h"
 
 #include <numeric>
@@ -18,9 +21,11 @@ BufferPolicy buffer_policy(const std::string& name) {
 
 }  // namespace
 
-DdpStrategy::DdpStrategy(DdpOptions options, std::shared_ptr<Communicator> comm)
+DdpStrategy::DdpStrategy(DdpOptions options, std::shared_ptr<Communicator> comm,
+                         CompressionOptions compression)
     : ReplicatedStrategy(std::move(comm)),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      compression_(std::move(compression)) {}
 
 Layout DdpStrategy::plan_layout(const std::vector<int64_t>& order) const {
   return packed_layout(plan_buckets(order, params_,
@@ -42,8 +47,15 @@ void DdpStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_
   reducer.overlap = options_.overlap;
   reducer.find_unused = options_.find_unused;
   reducer.unused_hint = "or set dist.ddp.find_unused = true to reduce them as zeros";
+  CommHook* hook = this;
+  if (compression_.enabled()) {
+    codec_hook_ = std::make_unique<compression::CodecHook>(
+        *hook, compression::make_codec(compression_, comm_, params_), comm_,
+        compression_.warmup_steps);
+    hook = codec_hook_.get();
+  }
   reducer_ = std::make_unique<GradientReducer>(
-      params_, names_, comm_, static_cast<CommHook&>(*this), reducer, plan_layout(order),
+      params_, names_, comm_, *hook, reducer, plan_layout(order),
       [this](const std::vector<int64_t>& observed) { return plan_layout(observed); });
 }
 
@@ -51,16 +63,48 @@ std::unique_ptr<Work> DdpStrategy::launch(Bucket& bucket) {
   return comm_->all_reduce(bucket.flat, ReduceOp::kAverage);
 }
 
+void DdpStrategy::before_forward(int64_t step) {
+  if (codec_hook_) codec_hook_->begin_step(step);
+  ReplicatedStrategy::before_forward(step);
+}
+
 void DdpStrategy::step(double lr) {
   optimizer_step(lr);
+  if (codec_hook_) codec_hook_->end_step(reducer_->buckets());
   end_step_record();
 }
 
-void DdpStrategy::save(const std::string& dir) const { save_optimizer(*optimizer_, dir); }
+void DdpStrategy::prepare_checkpoint() {
+  if (!codec_hook_) return;
+  std::vector<std::string> all = all_gather_bytes(
+      *comm_, compression::serialize_codec_state(codec_hook_->codec(), comm_->size()));
+  gathered_codec_states_.clear();
+  if (comm_->rank() == 0) gathered_codec_states_ = std::move(all);  // only rank 0 writes
+}
+
+void DdpStrategy::save(const std::string& dir) const {
+  save_optimizer(*optimizer_, dir);
+  if (!codec_hook_) return;
+  DTRAIN_CHECK(static_cast<int>(gathered_codec_states_.size()) == comm_->size(),
+               "ddp: save() without prepare_checkpoint() on every rank");
+  compression::write_codec_states(dir, gathered_codec_states_);
+}
 
 void DdpStrategy::load(const std::string& dir) {
   load_optimizer_state(dir, params_, 0, static_cast<int64_t>(params_.size()), make_optimizer_,
                        *optimizer_);
+  if (codec_hook_) {
+    compression::load_codec_state(dir, codec_hook_->codec(), static_cast<int64_t>(params_.size()),
+                                  comm_->rank(), comm_->size(), comm_->device());
+  }
+}
+
+Stats DdpStrategy::stats() const {
+  Stats stats = ReplicatedStrategy::stats();
+  if (codec_hook_) {
+    for (Stat& stat : codec_hook_->stats()) stats.push_back(std::move(stat));
+  }
+  return stats;
 }
 
 }  // namespace dtrain::dist

@@ -9,9 +9,13 @@
 //     backward, overlapping the rest of it (`dist.ddp.overlap`), in the same order on every
 //     rank. Gradient accumulation communicates only on the last micro-step.
 //   - BatchNorm buffers follow `dist.ddp.buffers` (dist/buffer_sync.h).
+//   - Under `dist.compression`, a codec hook (dist/compression/codec_hook.h) wraps the
+//     all-reduce: buckets are encoded, exchanged and decoded from the same hooks, so the
+//     overlap stays; the codec's state goes into checkpoints, a file per rank.
 #pragma once
 
 #include "dist/comm/communicator.h"
+#include "dist/compression/codec_hook.h"
 #include "dist/options.h"
 #include "dist/reducer.h"
 #include "dist/replicated.h"
@@ -24,14 +28,18 @@ namespace dtrain::dist {
 
 class DdpStrategy : public ReplicatedStrategy, private CommHook {
  public:
-  DdpStrategy(DdpOptions options, std::shared_ptr<Communicator> comm);
+  DdpStrategy(DdpOptions options, std::shared_ptr<Communicator> comm,
+              CompressionOptions compression = {});
 
   std::string name() const override { return "ddp"; }
   void attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) override;
+  void before_forward(int64_t step) override;
   std::vector<torch::Tensor> gradient_owners() override { return params_; }
   void step(double lr) override;
+  void prepare_checkpoint() override;
   void save(const std::string& dir) const override;
   void load(const std::string& dir) override;
+  Stats stats() const override;
 
   // The current bucket plan (indices into the trainable parameters), in launch order.
   BucketPlan buckets() const { return reducer_->plan(); }
@@ -44,6 +52,9 @@ class DdpStrategy : public ReplicatedStrategy, private CommHook {
   Layout plan_layout(const std::vector<int64_t>& order) const;
 
   DdpOptions options_;
+  CompressionOptions compression_;
+  std::unique_ptr<compression::CodecHook> codec_hook_;  // none without compression
+  std::vector<std::string> gathered_codec_states_;     // on rank 0, by rank, for save()
 };
 
 }  // namespace dtrain::dist

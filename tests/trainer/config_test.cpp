@@ -169,6 +169,35 @@ TEST_CASE("the strategy's requirements of the rest of the config come from dist"
   CHECK(problems_of("", {"dist.strategy=ddp", "train.precision=fp16"}).empty());
 }
 
+TEST_CASE("dist.compression: kinds, ranges and strategies are checked", "[config]") {
+  CHECK(problems_of("", {"dist.strategy=ddp", "dist.compression.kind=top1"}) ==
+        std::vector<std::string>{"--set dist.compression.kind: \"top1\" is not one of: none, "
+                                 "fp16, bf16, topk, powersgd, onebit (did you mean topk?)"});
+  const std::vector<std::string> ranges = problems_of(
+      "", {"dist.strategy=ddp", "dist.compression.kind=topk", "dist.compression.ratio=0",
+           "dist.compression.rank=0", "dist.compression.chunk=12"});
+  CHECK(ranges == std::vector<std::string>{
+                      "--set dist.compression.ratio: 0 is outside [1e-06, 1]",
+                      "--set dist.compression.rank: 0 is outside [1, 1024]",
+                      "--set dist.compression.chunk: 12 is not a multiple of 8 (the signs are "
+                      "packed 8 to a byte); use 16"});
+  for (const std::string strategy : {"ps", "zero"}) {
+    CHECK(problems_of("", {"dist.strategy=" + strategy, "dist.compression.kind=fp16"}) ==
+          std::vector<std::string>{"--set dist.compression.kind: \"fp16\": dist.compression is "
+                                   "available with dist.strategy = \"ddp\" only in this "
+                                   "version; use kind = \"none\" under \"" + strategy + "\""});
+  }
+  CHECK(problems_of("", {"dist.strategy=ddp", "dist.compression.kind=onebit",
+                         "train.precision=fp16"})
+            .size() == 1);
+  CHECK(problems_of("", {"dist.strategy=ddp", "dist.compression.kind=fp16",
+                         "train.precision=fp16"})
+            .empty());
+  CHECK(warnings_of("", {"dist.strategy=single", "dist.compression.kind=powersgd"}) ==
+        std::vector<std::string>{"--set dist.compression.kind: has no effect under "
+                                 "dist.strategy = \"single\""});
+}
+
 TEST_CASE("a key of a strategy other than the chosen one is a warning", "[config]") {
   const std::string path = write_config("other_strategy.toml", R"([dist]
 strategy = "zero"

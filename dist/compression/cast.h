@@ -1,0 +1,38 @@
+// fp16 and bf16 casts, all-reduced in the narrow type: half the bytes of float32. Before the
+// cast every rank multiplies its bucket by the same power of two s, chosen from the sum over
+// ranks of each rank's largest magnitude A: s = 2^floor(log2(2^15 / A)), so that every partial
+// sum of the all-reduce stays below 2^15 (fp16's largest is 65504) and small gradients are
+// lifted out of fp16's subnormals. A is a one-element all-reduce before the cast; on NCCL it
+// is ordered on the streams and the host does not wait. Decoding divides by s x ranks. A
+// non-finite A leaves s = 1, so that overflow checks downstream still see the Inf or NaN.
+#pragma once
+
+#include "dist/compression/codec.h"
+
+namespace dtrain::dist::compression {
+
+// The scale of a bucket whose ranks' largest magnitudes sum to `magnitude` (a one-element
+// tensor): a power of two, on the tensor's device.
+torch::Tensor cast_scale(const torch::Tensor& magnitude);
+
+class CastCodec : public Codec {
+ public:
+  CastCodec(torch::ScalarType type, std::shared_ptr<Communicator> comm,
+            std::vector<int64_t> numels);
+  std::string kind() const override { return type_ == torch::kHalf ? "fp16" : "bf16"; }
+  Collective collective() const override { return Collective::kAllReduce; }
+  std::unique_ptr<Work> launch(Bucket& bucket, int64_t step) override;
+  void finish(Bucket& bucket) override;
+  int64_t payload_bytes(const Bucket& bucket) const override;
+
+ private:
+  struct InFlight {
+    torch::Tensor message;  // [numel] of type_
+    torch::Tensor scale;    // [1]
+  };
+  torch::ScalarType type_;
+  std::shared_ptr<Communicator> comm_;
+  std::vector<InFlight> in_flight_;  // by bucket
+};
+
+}  // namespace dtrain::dist::compression

@@ -1,0 +1,55 @@
+#include "dist/compression/onebit.h"
+
+namespace dtrain::dist::compression {
+
+namespace {
+
+// Bit b of a packed byte holds element 8i + b: weights 2^b, made on the device (no copy from
+// the host in the step).
+torch::Tensor bit_weights(const torch::Device& device) {
+  return torch::exp2(torch::arange(8, torch::TensorOptions(torch::kFloat32).device(device)))
+      .to(torch::kUInt8);
+}
+
+int64_t chunks_of(int64_t numel, int64_t chunk) { return (numel + chunk - 1) / chunk; }
+
+}  // namespace
+
+OnebitCodec::OnebitCodec(const CompressionOptions& options, std::shared_ptr<Communicator> comm,
+                         std::vector<int64_t> numels)
+    : GatheredCodec(std::move(comm),
+                    options.error_feedback ? std::vector<std::string>{"residual"}
+                                           : std::vector<std::string>{},
+                    std::move(numels)),
+      chunk_(options.chunk) {}
+
+torch::Tensor OnebitCodec::encode(const torch::Tensor& input, int64_t step) const {
+  (void)step;
+  const int64_t chunks = chunks_of(input.numel(), chunk_);
+  torch::Tensor padded = torch::zeros({chunks * chunk_}, input.options());
+  padded.narrow(0, 0, input.numel()).copy_(input);
+  // Mean magnitude over the chunk's real elements (the padding adds nothing to the sum).
+  torch::Tensor counts = torch::full({chunks}, static_cast<double>(chunk_), input.options());
+  counts[-1] = static_cast<double>(input.numel() - (chunks - 1) * chunk_);
+  const torch::Tensor scales = padded.view({chunks, chunk_}).abs().sum(1).div_(counts);
+  const torch::Tensor bits = padded.ge(0).to(torch::kUInt8).view({-1, 8});
+  const torch::Tensor packed = bits.mul(bit_weights(input.device())).sum(1, false, torch::kUInt8);
+  return torch::cat({to_bytes(scales), packed});
+}
+
+torch::Tensor OnebitCodec::decode_sum(const torch::Tensor& messages, int64_t numel,
+                                      const torch::Tensor& like) const {
+  const int64_t ranks = messages.size(0);
+  const int64_t chunks = chunks_of(numel, chunk_);
+  const int64_t scale_bytes = chunks * like.element_size();
+  const torch::Tensor scales =
+      from_bytes(messages.narrow(1, 0, scale_bytes), like.scalar_type());  // [ranks, chunks]
+  const torch::Tensor packed = messages.narrow(1, scale_bytes, chunks * chunk_ / 8);
+  const torch::Tensor bits = packed.unsqueeze(2).bitwise_and(bit_weights(like.device())).ne(0);
+  // sign = 2 bit - 1, per element; times its chunk's scale, summed over ranks.
+  const torch::Tensor signs =
+      bits.to(like.scalar_type()).mul_(2).sub_(1).view({ranks, chunks, chunk_});
+  return signs.mul_(scales.unsqueeze(2)).sum(0).view({-1}).narrow(0, 0, numel);
+}
+
+}  // namespace dtrain::dist::compression

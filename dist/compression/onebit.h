@@ -1,0 +1,27 @@
+// One-bit compression with error feedback (Seide et al. 2014; the scaled sign of Karimireddy
+// et al. 2019): the input is cut into chunks of `chunk` elements (the last padded with
+// zeros); each chunk sends its mean magnitude as scale and one sign bit per element, packed 8
+// to a byte, and decodes to scale x sign. The mean magnitude is the scale that minimises the
+// squared error of scale x sign(x).
+#pragma once
+
+#include "dist/compression/gathered.h"
+
+namespace dtrain::dist::compression {
+
+class OnebitCodec : public GatheredCodec {
+ public:
+  OnebitCodec(const CompressionOptions& options, std::shared_ptr<Communicator> comm,
+              std::vector<int64_t> numels);
+  std::string kind() const override { return "onebit"; }
+
+  // Message: one scale per chunk (the input's dtype), then the packed signs (bit set: >= 0).
+  torch::Tensor encode(const torch::Tensor& input, int64_t step) const override;
+  torch::Tensor decode_sum(const torch::Tensor& messages, int64_t numel,
+                           const torch::Tensor& like) const override;
+
+ private:
+  int64_t chunk_;
+};
+
+}  // namespace dtrain::dist::compression

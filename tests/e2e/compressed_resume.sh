@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# DDP with compressed gradients over 2 ranks: 6 steps, checkpoint, resume, 6 more steps gives
+# bitwise the weights of 12 straight steps (top-k residuals with DGC momentum, PowerSGD's
+# residuals and warm-start Q, all in codec_rank{R}.pt); the same checkpoint resumed on 1 rank
+# says that the residuals restart from zero, and trains on.
+#   usage: ... TRAINER SOURCE_DIR
+set -euo pipefail
+trainer=$1 source=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+run() {  # RANKS OUT_DIR [ARGS...]
+  local ranks=$1 out=$2
+  shift 2
+  "$source/scripts/mpirun.sh" -np "$ranks" --oversubscribe "$trainer" \
+    --config "$source/configs/fashion_mnist_compressed.toml" --set run.out_dir="$out" \
+    --set run.name=r --set train.max_steps=12 --set train.checkpoint_every=6 \
+    --set train.keep_checkpoints=5 --set data.batch_size=16 --set model.width=8 \
+    --set schedule.warmup_epochs=0.002 --set run.log_every=6 "$@" >"$out.log" 2>&1 \
+    || { cat "$out.log"; exit 1; }
+}
+resume_from_step_6() {  # FROM TO
+  mkdir -p "$2/r/checkpoints"
+  cp -r "$1/r/checkpoints/step_00000006" "$2/r/checkpoints/"
+}
+# DGC's momentum correction replaces the optimizer's momentum.
+dgc="--set dist.compression.momentum=0.5 --set optim.momentum=0 --set optim.nesterov=false"
+for codec in "kind=topk $dgc" "kind=powersgd --set dist.compression.rank=2"; do
+  name=${codec%% *}
+  name=${name#kind=}
+  # shellcheck disable=SC2086  # the codec's settings are several words
+  set -- --set dist.compression.$codec --set dist.compression.warmup_steps=2
+  run 2 "$tmp/$name-straight" "$@"
+  test -f "$tmp/$name-straight/r/checkpoints/step_00000006/codec_rank1.pt"
+  resume_from_step_6 "$tmp/$name-straight" "$tmp/$name-resumed"
+  run 2 "$tmp/$name-resumed" "$@" --resume
+  cmp "$tmp/$name-straight/r/checkpoints/step_00000012/model.pt" \
+      "$tmp/$name-resumed/r/checkpoints/step_00000012/model.pt"
+  echo "ok: resumed $name run matches the straight run bitwise"
+  resume_from_step_6 "$tmp/$name-straight" "$tmp/$name-one-rank"
+  run 1 "$tmp/$name-one-rank" "$@" --resume
+  grep -q "codec state of 2 ranks, resumed on 1: the error-feedback residuals restart from zero" \
+    "$tmp/$name-one-rank.log" || { cat "$tmp/$name-one-rank.log"; exit 1; }
+  test -f "$tmp/$name-one-rank/r/checkpoints/step_00000012/DONE"
+  echo "ok: $name resumed on 1 rank restarts its residuals and trains on"
+done
