@@ -72,6 +72,13 @@ void DebugOptions::declare(OptionSpecs& keys) {
            "fixed: every slowed rank every step; rotating: step s slows slow_ranks[s mod n] "
            "alone")
       .one_of({"fixed", "rotating"});
+  keys.add("nan_loss_steps", &nan_loss_steps,
+           "fault injection: steps (from 1) whose loss is made NaN on debug.nan_loss_ranks "
+           "(empty: none)")
+      .at_least(1);
+  keys.add("nan_loss_ranks", &nan_loss_ranks,
+           "world ranks whose loss debug.nan_loss_steps makes NaN (empty: every rank)")
+      .at_least(0);
 }
 
 FieldErrors DebugOptions::validate() const { return check_declared(*this); }

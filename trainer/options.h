@@ -79,6 +79,11 @@ struct DebugOptions {
   // others catch up with it within k steps); "rotating": step s slows slow_ranks[s mod n]
   // alone (delays that move between workers, which bounded staleness absorbs).
   std::string slow_pattern = "fixed";
+  // Fault injection for tests of train.nonfinite: at these steps (numbered from 1, as
+  // printed) the loss of the ranks in nan_loss_ranks (empty: every rank) is made NaN, and
+  // with it every gradient of that backward.
+  std::vector<int64_t> nan_loss_steps;
+  std::vector<int64_t> nan_loss_ranks;
 
   void declare(OptionSpecs& keys);
   FieldErrors validate() const;

@@ -81,15 +81,19 @@ std::vector<std::string> model_lines(torch::nn::Module& model) {
   return lines;
 }
 
-// debug.slow_ranks names world ranks: each must be one of this run's.
-void check_slow_ranks(const DebugOptions& debug, int world_size) {
-  for (const int64_t rank : debug.slow_ranks) {
-    if (rank >= world_size) {
-      throw UserError(fmt::format("debug.slow_ranks: rank {} is not in this world of {} "
-                                  "rank(s); name ranks below {}, or start mpirun -np {}",
-                                  rank, world_size, world_size, rank + 1));
+// debug.slow_ranks and debug.nan_loss_ranks name world ranks: each must be one of this run's.
+void check_debug_ranks(const DebugOptions& debug, int world_size) {
+  const auto check = [world_size](const std::vector<int64_t>& ranks, const char* key) {
+    for (const int64_t rank : ranks) {
+      if (rank >= world_size) {
+        throw UserError(fmt::format("debug.{}: rank {} is not in this world of {} rank(s); "
+                                    "name ranks below {}, or start mpirun -np {}",
+                                    key, rank, world_size, world_size, rank + 1));
+      }
     }
-  }
+  };
+  check(debug.slow_ranks, "slow_ranks");
+  check(debug.nan_loss_ranks, "nan_loss_ranks");
 }
 
 void to_channels_last(torch::nn::Module& model) {
@@ -146,7 +150,7 @@ RunSetup build_run(const Config& config) {
   // The CPU world: agreement checks now, the gradients of CPU ranks later.
   std::shared_ptr<dist::Communicator> control = dist::make_mpi_world(config.dist.timeout_s);
   dist::check_same_on_all_ranks(*control, "resolved config", config_lines(config));
-  check_slow_ranks(config.debug, setup.world.size);
+  check_debug_ranks(config.debug, setup.world.size);
   setup.device = resolve_device(config.run.device, setup.world.local_rank);
   if (config.train.precision != "fp32" && !setup.device.is_cuda()) {
     throw UserError(fmt::format("train.precision = \"{}\" needs CUDA, and this run is on CPU; "

@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -146,6 +147,7 @@ class Trainer {
                 config_.train.label_smoothing));
       }
       loss = loss / static_cast<double>(accum);
+      if (inject_nan_loss()) loss = loss * std::numeric_limits<double>::quiet_NaN();
       {
         Timeline::Phase phase(timeline_, "backward");
         s_.strategy->before_backward(micro + 1 == accum);
@@ -164,6 +166,16 @@ class Trainer {
     }
     Timeline::Phase phase(timeline_, "optimizer step");
     s_.strategy->step(s_.schedule->lr_at(step_));
+  }
+
+  // debug.nan_loss_steps on this rank: a test of train.nonfinite, not a real divergence.
+  bool inject_nan_loss() const {
+    const auto& debug = config_.debug;
+    const auto named = [](const std::vector<int64_t>& list, int64_t value) {
+      return std::find(list.begin(), list.end(), value) != list.end();
+    };
+    return named(debug.nan_loss_steps, step_ + 1) &&
+           (debug.nan_loss_ranks.empty() || named(debug.nan_loss_ranks, s_.world.rank));
   }
 
   // train.nonfinite = "skip": whether the step's loss is finite on every rank (the average
