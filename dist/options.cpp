@@ -57,10 +57,15 @@ void PsOptions::declare(OptionSpecs& keys) {
            "servers and broadcast from them on the device (colocated bsp and ssp); auto: "
            "collectives on GPUs where they serve, messages otherwise")
       .one_of({"auto", "messages", "collectives"});
+  keys.add("hierarchical", &hierarchical,
+           "messages transport, bsp and ssp: each node's workers reduce gradients onto one "
+           "leader, which alone pushes and pulls and broadcasts the parameters to them (auto "
+           "then picks messages)");
 }
 
 bool PsOptions::use_collectives(bool on_gpus) const {
-  const bool serve = placement == "colocated" && consistency != "async";
+  // The collective transport sums on the links already: a hierarchy is the messages'.
+  const bool serve = placement == "colocated" && consistency != "async" && !hierarchical;
   return transport == "collectives" || (transport == "auto" && on_gpus && serve);
 }
 
@@ -154,6 +159,18 @@ FieldErrors DistOptions::validate(const DistContext& context) const {
                         "\"collectives\" serves placement \"colocated\" with consistency "
                         "\"bsp\" or \"ssp\" only (a collective joins every worker); use "
                         "\"messages\" or \"auto\""});
+    }
+    if (ps.hierarchical && ps.transport == "collectives") {
+      errors.push_back({"ps.hierarchical",
+                        "true with transport \"collectives\": its reduces onto the servers "
+                        "already sum on the links, node by node; use transport = \"messages\" "
+                        "(or \"auto\") or hierarchical = false"});
+    } else if (ps.hierarchical && ps.consistency == "async") {
+      // A leader's push of its node's sum would have to count as node-size pushes.
+      errors.push_back({"ps.hierarchical",
+                        "true with consistency \"async\": async applies each worker's push "
+                        "alone, and a leader's push of its node's sum is several workers'; use "
+                        "consistency \"bsp\" or \"ssp\", or hierarchical = false"});
     }
     if (context.sync_batchnorm && ps.consistency != "bsp") {
       errors.push_back({"ps.consistency",

@@ -59,6 +59,11 @@ struct PsOptions {
   // and broadcasts from them on the device (colocated bsp and ssp); "auto", collectives where
   // they serve on GPUs, messages otherwise.
   std::string transport = "auto";
+  // Messages transport, bsp and ssp: the workers of each node (dist/comm/nodes.h) reduce
+  // their gradients onto the node's lowest worker rank, which alone pushes, pulls and
+  // broadcasts the parameters to them: one node's traffic to the servers instead of one per
+  // worker.
+  bool hierarchical = false;
 
   void declare(OptionSpecs& keys);
   FieldErrors validate() const;

@@ -185,8 +185,7 @@ void GradientReducer::after_backward(bool last_micro_step, StepComm& record) {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     works_[b]->wait();
     hook_.finish(buckets_[b]);
-    record.add(hook_.collective(), Traffic::kGradients, hook_.payload_bytes(buckets_[b]),
-               std::move(works_[b]));
+    hook_.record(buckets_[b], std::move(works_[b]), record);
   }
   reducing_ = false;
 }

@@ -69,6 +69,12 @@ class CommHook {
   virtual int64_t payload_bytes(const Bucket& bucket) const {
     return bucket.flat.numel() * static_cast<int64_t>(bucket.flat.element_size());
   }
+  // After finish(): the bucket's communication into the step's stats, by default one
+  // operation of collective() carrying payload_bytes(). A hook whose work is several
+  // operations, on several communicators, records each.
+  virtual void record(Bucket& bucket, std::unique_ptr<Work> work, StepComm& into) {
+    into.add(collective(), Traffic::kGradients, payload_bytes(bucket), std::move(work));
+  }
 };
 
 struct ReducerOptions {

@@ -44,25 +44,30 @@ const char* traffic_name(Traffic traffic) {
 
 void StepComm::add(Collective kind, Traffic traffic, int64_t bytes, std::unique_ptr<Work> work,
                    int root) {
-  ops_.push_back({kind, traffic, bytes, root, std::move(work)});
+  ops_.push_back({kind, traffic, bytes, root, std::move(work), rank_, ranks_});
+}
+
+void StepComm::add_in_group(int rank, int ranks, Collective kind, Traffic traffic, int64_t bytes,
+                            std::unique_ptr<Work> work, int root) {
+  ops_.push_back({kind, traffic, bytes, root, std::move(work), rank, ranks});
 }
 
 Stats StepComm::stats() const {
-  const double n = ranks_;
   double bytes = 0.0, sent = 0.0, received = 0.0, ms = 0.0, bulk_ms = 0.0, bus_bytes = 0.0;
   double blocking_ms = 0.0, gradient_tail_ms = 0.0;
   for (const Op& op : ops_) {
     const double op_ms = op.work->started()->ms_until(*op.work->finished());
     const double payload = static_cast<double>(op.bytes);
+    const double n = op.ranks;
     ms += op_ms;
     switch (op.kind) {
       case Collective::kBroadcast:
-        received += rank_ == op.root ? 0.0 : payload;
-        sent += rank_ == (op.root + ranks_ - 1) % ranks_ ? 0.0 : payload;
+        received += op.rank == op.root ? 0.0 : payload;
+        sent += op.rank == (op.root + op.ranks - 1) % op.ranks ? 0.0 : payload;
         break;
       case Collective::kReduce:  // the broadcast's chain, reversed
-        sent += rank_ == op.root ? 0.0 : payload;
-        received += rank_ == (op.root + 1) % ranks_ ? 0.0 : payload;
+        sent += op.rank == op.root ? 0.0 : payload;
+        received += op.rank == (op.root + 1) % op.ranks ? 0.0 : payload;
         break;
       case Collective::kSend: sent += payload; break;
       case Collective::kRecv: received += payload; break;

@@ -45,6 +45,10 @@ class StepComm {
   // send or recv; ignored otherwise.
   void add(Collective kind, Traffic traffic, int64_t bytes, std::unique_ptr<Work> work,
            int root = 0);
+  // The same for an operation of a subgroup (a node's communicator), where this rank is
+  // `rank` of `ranks`: the wire formulas take the subgroup's size.
+  void add_in_group(int rank, int ranks, Collective kind, Traffic traffic, int64_t bytes,
+                    std::unique_ptr<Work> work, int root = 0);
   // The end of the step's (last micro-step's) backward on the communicator's clock.
   void set_backward_end(std::shared_ptr<const TimePoint> when) { backward_end_ = std::move(when); }
   bool empty() const { return ops_.empty(); }
@@ -61,6 +65,7 @@ class StepComm {
     int64_t bytes;
     int root;
     std::unique_ptr<Work> work;
+    int rank, ranks;  // in the communicator the operation ran on
   };
   int rank_, ranks_;
   std::vector<Op> ops_;

@@ -30,16 +30,25 @@ Consistency consistency_of(const std::string& name) {
 
 }  // namespace
 
-// A bucket's pushes, one send per chunk. Waiting polls this rank's server: its peers' pushes
-// may need it to take theirs first.
+// A bucket's pushes, one send per chunk; with a hierarchy, first the node's reduce onto its
+// leader, which then pushes the sum. Waiting polls this rank's server: its peers' pushes may
+// need it to take theirs first.
 class PsStrategy::PushWork : public Work {
  public:
-  PushWork(PsStrategy& owner, std::vector<std::unique_ptr<Work>> sends, torch::Tensor held)
-      : owner_(owner), sends_(std::move(sends)), held_(std::move(held)),
-        started_(owner.workers_comm_->now()) {}
+  // `held`: the gradients on the host, which MPI reads; `reduce`: the node's reduce of
+  // `held`, after which a leader pushes (none: the pushes start now).
+  PushWork(PsStrategy& owner, int64_t bucket, torch::Tensor held, std::unique_ptr<Work> reduce)
+      : owner_(owner), bucket_(bucket), held_(std::move(held)), reduce_(std::move(reduce)),
+        started_(owner.workers_comm_->now()) {
+    if (!reduce_) start_pushes();
+  }
 
   bool test() override {
     owner_.progress();
+    if (!pushing_) {
+      if (!reduce_->test()) return false;
+      start_pushes();
+    }
     for (auto& send : sends_) {
       if (!send->test()) return false;
     }
@@ -47,18 +56,29 @@ class PsStrategy::PushWork : public Work {
     return true;
   }
   void wait() override {
-    owner_.wait_until([this] { return test(); }, [] {
-      return std::string("pushing gradients: a server did not take them");
+    owner_.wait_until([this] { return test(); }, [this] {
+      return std::string(pushing_ ? "pushing gradients: a server did not take them"
+                                  : "reducing gradients in a node: a worker did not join");
     });
   }
   std::shared_ptr<const TimePoint> started() const override { return started_; }
   std::shared_ptr<const TimePoint> finished() const override { return finished_; }
   int source() const override { return -1; }
+  // The node's reduce, for the stats (complete once test() returned true).
+  std::unique_ptr<Work> take_reduce() { return std::move(reduce_); }
 
  private:
+  void start_pushes() {
+    if (owner_.is_leader_) sends_ = owner_.push(bucket_, held_);
+    pushing_ = true;
+  }
+
   PsStrategy& owner_;
+  int64_t bucket_;
+  torch::Tensor held_;
+  std::unique_ptr<Work> reduce_;
+  bool pushing_ = false;
   std::vector<std::unique_ptr<Work>> sends_;
-  torch::Tensor held_;  // the host copy MPI reads
   std::shared_ptr<const TimePoint> started_, finished_;
 };
 
@@ -92,6 +112,14 @@ PsStrategy::PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, d
   requests_ = mpi_world->dup();
   replies_ = mpi_world->dup();
   workers_comm_ = mpi_world->split(is_worker_ ? 0 : 1, rank);
+  if (options_.hierarchical) {
+    if (consistency_ == Consistency::kAsync) {
+      throw UserError("dist.ps.hierarchical = true is not available with consistency \"async\" "
+                      "(a leader's push is its whole node's); use \"bsp\" or \"ssp\"");
+    }
+    hierarchy_ = std::make_unique<PsHierarchy>(*mpi_world, num_workers_);
+    is_leader_ = hierarchy_->is_leader();
+  }
   std::shared_ptr<Communicator> servers = mpi_world->split(is_server ? 0 : 1, rank);
   if (world_->device().is_cpu()) {
     data_comm_ = workers_comm_;
@@ -103,7 +131,12 @@ PsStrategy::PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, d
     // The server's setup is finished in attach(), which knows the model.
     PsServerSetup setup;
     setup.index = dedicated ? rank - num_workers_ : rank;
-    for (int w = 0; w < num_workers_; ++w) setup.worker_ranks.push_back(w);
+    if (hierarchy_) {
+      setup.worker_ranks = hierarchy_->leaders();
+    } else {
+      for (int w = 0; w < num_workers_; ++w) setup.worker_ranks.push_back(w);
+    }
+    setup.num_workers = num_workers_;
     setup.consistency = consistency_;
     setup.requests = requests_;
     setup.replies = replies_;
@@ -128,6 +161,10 @@ int PsStrategy::server_rank(int server) const {
 }
 
 void PsStrategy::serve() { server_->serve(); }
+
+int PsStrategy::num_leaders() const {
+  return hierarchy_ ? static_cast<int>(hierarchy_->leaders().size()) : num_workers_;
+}
 
 void PsStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) {
   model_ = &model;
@@ -156,10 +193,11 @@ void PsStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_o
   const std::string described = plan_.describe(names_, element_size);
   if (world_->rank() == 0) {
     const size_t summary_end = described.find("  chunk ");
-    log::info("{} workers, {} consistency{}; {}", num_workers_, options_.consistency,
+    log::info("{} workers, {} consistency{}{}; {}", num_workers_, options_.consistency,
               consistency_ == Consistency::kSsp
                   ? fmt::format(" (staleness {})", options_.staleness)
                   : std::string(),
+              hierarchy_ ? ", " + hierarchy_->describe() : std::string(),
               described.substr(0, summary_end == std::string::npos ? described.size()
                                                                    : summary_end));
     log::debug("{}", described);
@@ -188,6 +226,9 @@ void PsStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_o
       }
       bucket_of_first_param_[bucket.params.front()] = static_cast<int64_t>(b);
       param_flat_.push_back(flat);
+      if (hierarchy_) {
+        node_grads_.push_back(torch::empty({bucket.numel}, flat.options().device(torch::kCPU)));
+      }
     }
   }
   ReducerOptions reducer;
@@ -246,7 +287,16 @@ void PsStrategy::reduce_metrics(torch::Tensor values, ReduceOp op) {
 
 std::unique_ptr<Work> PsStrategy::launch(Bucket& bucket) {
   const int64_t b = bucket_of_first_param_.at(bucket.layout.params.front());
+  if (hierarchy_) {
+    // A copy of its own: the leader's is overwritten with the node's sum.
+    node_grads_[b].copy_(bucket.flat);
+    return std::make_unique<PushWork>(*this, b, node_grads_[b], hierarchy_->reduce(node_grads_[b]));
+  }
   const torch::Tensor host = bucket.flat.device().is_cpu() ? bucket.flat : bucket.flat.cpu();
+  return std::make_unique<PushWork>(*this, b, host, nullptr);
+}
+
+std::vector<std::unique_ptr<Work>> PsStrategy::push(int64_t b, const torch::Tensor& host) {
   std::vector<std::unique_ptr<Work>> sends;
   for (int64_t c = plan_.first_chunk[b]; c < plan_.first_chunk[b + 1]; ++c) {
     const PsChunk& chunk = plan_.chunks[c];
@@ -254,10 +304,22 @@ std::unique_ptr<Work> PsStrategy::launch(Bucket& bucket) {
                                    server_rank(chunk.server), ps::push_tag(c)));
     if (consistency_ == Consistency::kAsync) ++expected_[c];
   }
-  return std::make_unique<PushWork>(*this, std::move(sends), host);
+  return sends;
+}
+
+void PsStrategy::record(Bucket& bucket, std::unique_ptr<Work> work, StepComm& into) {
+  const int64_t bytes = payload_bytes(bucket);
+  if (hierarchy_) {
+    std::unique_ptr<Work> reduce = static_cast<PushWork&>(*work).take_reduce();
+    reduce->wait();  // returns at once: the push's test() saw it complete
+    hierarchy_->record_reduce(std::move(reduce), bytes, into);
+    if (!is_leader_) return;
+  }
+  into.add(Collective::kSend, Traffic::kGradients, bytes, std::move(work));
 }
 
 void PsStrategy::receive_params() {
+  if (!is_leader_) return;  // the servers send to the leaders
   const int64_t header = ps::header_numel(params_.front().scalar_type());
   for (size_t c = 0; c < receiving_.size(); ++c) {
     Receiving& in = receiving_[c];
@@ -328,19 +390,21 @@ void PsStrategy::before_forward(int64_t step) {
   const int64_t required = consistency_ == Consistency::kBsp   ? clock_
                            : consistency_ == Consistency::kSsp ? clock_ - options_.staleness
                                                                : 0;
-  apply_all_params();
-  for (size_t c = 0; c < plan_.chunks.size(); ++c) {
-    wait_until(
-        [&, c] {
-          apply_params(static_cast<int64_t>(c));
-          return consistency_ == Consistency::kAsync ? received_[c] >= expected_[c]
-                                                     : version_[c] >= required;
-        },
-        [&, c] {
-          return fmt::format("worker {} at step {} waited for chunk {} from server {} (rank {})",
-                             worker_index_, clock_, c, plan_.chunks[c].server,
-                             server_rank(plan_.chunks[c].server));
-        });
+  if (is_leader_) {  // a hierarchy's other workers take their leader's in share_params()
+    apply_all_params();
+    for (size_t c = 0; c < plan_.chunks.size(); ++c) {
+      wait_until(
+          [&, c] {
+            apply_params(static_cast<int64_t>(c));
+            return consistency_ == Consistency::kAsync ? received_[c] >= expected_[c]
+                                                       : version_[c] >= required;
+          },
+          [&, c] {
+            return fmt::format("worker {} at step {} waited for chunk {} from server {} (rank {})",
+                               worker_index_, clock_, c, plan_.chunks[c].server,
+                               server_rank(plan_.chunks[c].server));
+          });
+    }
   }
   if (server_) {
     // Without a single-copy transport, a large message moves only while both ends are in MPI:
@@ -351,6 +415,7 @@ void PsStrategy::before_forward(int64_t step) {
                [] { return std::string("a worker did not take its parameters"); });
     apply_all_params();
   }
+  share_params();
   wait_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   if (consistency_ != Consistency::kAsync) {
     const int64_t oldest = *std::min_element(version_.begin(), version_.end());
@@ -368,7 +433,7 @@ void PsStrategy::after_backward(bool last_micro_step) {
 }
 
 void PsStrategy::step(double lr) {
-  for (int s = 0; s < num_servers_; ++s) {
+  for (int s = 0; s < num_servers_ && is_leader_; ++s) {
     send_control(s, static_cast<int64_t>(ps::Command::kStep), lr);
   }
   reducer_->after_step();
@@ -415,7 +480,7 @@ void PsStrategy::sync_point() {
   const auto what = [&] {
     return fmt::format("worker {} waited for every update of step {}", worker_index_, clock_);
   };
-  wait_until(all_fresh, what);
+  if (is_leader_) wait_until(all_fresh, what);
   if (consistency_ == Consistency::kAsync) {
     // Every worker's last push has been applied once all are here: pull the result.
     barrier_polling();
@@ -423,9 +488,17 @@ void PsStrategy::sync_point() {
     for (size_t c = 0; c < chunks; ++c) ++expected_[c];
     wait_until(all_fresh, what);
   }
+  share_params();
   // Until every worker is here, a server may still owe a worker its chunks.
   barrier_polling();
   average_buffers();
+}
+
+void PsStrategy::share_params() {
+  if (!hierarchy_) return;
+  hierarchy_->share(
+      param_flat_, version_,
+      [this](Work& work, const std::string& what) { wait_polling(work, what); }, current_);
 }
 
 void PsStrategy::average_buffers() {
@@ -517,7 +590,9 @@ void PsStrategy::save(const std::string& dir) const {
 void PsStrategy::finish() {
   if (!is_worker_) return;
   sync_point();
-  for (int s = 0; s < num_servers_; ++s) send_control(s, static_cast<int64_t>(ps::Command::kDone));
+  for (int s = 0; s < num_servers_ && is_leader_; ++s) {
+    send_control(s, static_cast<int64_t>(ps::Command::kDone));
+  }
   wait_until(
       [&] {
         for (auto& send : control_sends_) {

@@ -28,6 +28,11 @@
 // statistics stay local to each worker between sync points and are averaged over the
 // workers at each (a collective per forward would undo SSP's point).
 //
+// Hierarchy (dist.ps.hierarchical, dist/ps/hierarchy.h): the workers of a node reduce their
+// pushes onto the node's leader, which alone pushes, sends the control messages and takes
+// the parameters, then broadcasts them (with their versions) to its node before each forward
+// and at sync points.
+//
 // Checkpoints hold whole tensors: model.pt, and optimizer.pt assembled from the servers'
 // pieces, as single and ddp write them, so a run resumes on any number of servers, workers
 // or strategies, and ps resumes from theirs.
@@ -35,6 +40,7 @@
 
 #include "common/units.h"
 #include "dist/options.h"
+#include "dist/ps/hierarchy.h"
 #include "dist/ps/plan.h"
 #include "dist/ps/server.h"
 #include "dist/reducer.h"
@@ -87,6 +93,8 @@ class PsStrategy : public Strategy, private CommHook {
   // Steps between the parameters the last forward read and the step it computed (bsp: 0;
   // ssp(k): at most k; async: other workers' pushes applied between a read and the push).
   int64_t last_staleness() const { return last_staleness_; }
+  // Ranks that push and pull: every worker, or one leader per node with a hierarchy.
+  int num_leaders() const;
 
  private:
   class PushWork;
@@ -111,6 +119,10 @@ class PsStrategy : public Strategy, private CommHook {
   // CommHook: a complete bucket's chunks go to their servers.
   std::unique_ptr<Work> launch(Bucket& bucket) override;
   Collective collective() const override { return Collective::kSend; }
+  // A hierarchy's bucket work is a node reduce and, on a leader, the pushes: both counted.
+  void record(Bucket& bucket, std::unique_ptr<Work> work, StepComm& into) override;
+  // Sends bucket `bucket`'s chunks of `host` (its gradients on the host) to their servers.
+  std::vector<std::unique_ptr<Work>> push(int64_t bucket, const torch::Tensor& host);
 
   int server_rank(int server) const;  // in requests_ and replies_
   void poll_server();
@@ -131,6 +143,8 @@ class PsStrategy : public Strategy, private CommHook {
   void barrier_polling();
   void average_buffers();
   void commit_load();
+  // The leader's parameters and versions to its node's workers (with a hierarchy).
+  void share_params();
   torch::Tensor receive_state(int server);
 
   PsOptions options_;
@@ -145,6 +159,10 @@ class PsStrategy : public Strategy, private CommHook {
   std::shared_ptr<Communicator> replies_;       // MPI, every rank: servers to workers
   std::shared_ptr<Communicator> workers_comm_;  // MPI, the workers: metrics, barriers
   std::shared_ptr<Communicator> data_comm_;     // the workers on their device: SyncBatchNorm
+  std::unique_ptr<PsHierarchy> hierarchy_;      // with dist.ps.hierarchical
+  // Pushes, sends control messages and takes parameters: every worker, or with a hierarchy
+  // its node's leader.
+  bool is_leader_ = true;
 
   torch::nn::Module* model_ = nullptr;
   std::vector<torch::Tensor> params_;
@@ -161,6 +179,7 @@ class PsStrategy : public Strategy, private CommHook {
   std::vector<torch::Tensor> param_flat_;
   std::vector<int64_t> bucket_of_first_param_;
   std::unique_ptr<GradientReducer> reducer_;
+  std::vector<torch::Tensor> node_grads_;  // hierarchy, per bucket: the host copy reduced
   std::vector<int64_t> version_;   // per chunk: updates in this worker's copy
   std::vector<int64_t> received_;  // per chunk: parameter messages taken
   std::vector<Receiving> receiving_;

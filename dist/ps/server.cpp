@@ -162,7 +162,7 @@ void PsServer::apply_round() {
       free_buffers_[local].push_back(std::move(push));
     }
   }
-  shard_.grads().div_(static_cast<double>(workers));
+  shard_.grads().div_(static_cast<double>(s_.num_workers));
   const double lr = step_lr_[0].front();
   for (auto& queue : step_lr_) queue.pop_front();
   shard_.step(lr);

@@ -7,7 +7,9 @@
 //             the staleness: SSP differs only in what the workers wait for (dist/ps/ps.h).
 //   async     each worker's complete push (all of its chunks here, and its step message) is
 //             one optimizer step at lr / workers, answered to that worker alone.
-// Pushes are summed in worker order, so a round is reproducible bit for bit.
+// Pushes are summed in worker order, so a round is reproducible bit for bit. Under a hierarchy
+// (dist.ps.hierarchical) the pushing "workers" are the node leaders, each pushing its node's
+// sum: a round divides by the number of workers behind them, not by the leaders.
 //
 // LARS's and LAMB's norms are those of whole tensors although a tensor's pieces lie in
 // several chunks and on several servers: each round, the servers add up their pieces'
@@ -37,7 +39,11 @@ enum class Consistency { kBsp, kSsp, kAsync };
 struct PsServerSetup {
   const PsPlan* plan = nullptr;
   int index = 0;                  // which server of the plan
-  std::vector<int> worker_ranks;  // in `comm`, in worker order
+  // The ranks that push (in `requests`), in worker order: every worker, or with a hierarchy
+  // each node's leader, whose push is its node's sum.
+  std::vector<int> worker_ranks;
+  // The workers whose gradients a round's pushes sum: a round applies their average.
+  int num_workers = 1;
   Consistency consistency = Consistency::kBsp;
   // MPI, every rank, two matching spaces: `requests` carries what workers send (the server
   // takes any message there), `replies` what servers send (a colocated worker takes its own).

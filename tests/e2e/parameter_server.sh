@@ -5,7 +5,10 @@
 #   - that checkpoint (1 server) resumed colocated on 2 servers;
 #   - the collective transport (dist/ps/collective.h), SSP(2): every read exactly 2 steps old
 #     once the run is 2 steps in;
-#   - bad input: servers that leave no worker, a misspelt placement, collectives under async;
+#   - the hierarchy (dist.ps.hierarchical) on 2 "nodes" of 2 ranks: each node's leader alone
+#     talks to the servers; the run finishes and says so in its plan line;
+#   - bad input: servers that leave no worker, a misspelt placement, collectives under async,
+#     a hierarchy over collectives or under async;
 #   - a stalled worker: the dedicated server names it within dist.timeout_s;
 #   - Fashion-MNIST, 2 epochs: async within 1.5 points of BSP's test accuracy, SSP(2) within 2.5
 #     (measured 2026-11-26: bsp 90.20%, ssp(2) 88.55%, async 89.47%: two workers of equal speed
@@ -62,6 +65,17 @@ grep -q "2 workers, ssp consistency (staleness 2), over collectives" "$work/coll
 $(metric_max collectives ps/staleness), not 2"
 echo "ok: ssp(2) over collectives reads parameters exactly 2 steps old"
 
+# The hierarchy: 4 ranks as 2 nodes of 2 (dist/comm/nodes.h's override), SSP(2).
+DTRAIN_RANKS_PER_NODE=2 train 4 hierarchical --set dist.ps.hierarchical=true \
+  --set train.max_steps=30 --set run.log_every=10 --set data.batch_size=16 ||
+  { tail "$work/hierarchical.log"; fail "the hierarchical run failed"; }
+grep -q "4 workers, ssp consistency (staleness 2), hierarchical, 2 nodes (leaders: ranks 0, 2)" \
+  "$work/hierarchical.log" || fail "no plan line for the hierarchy"
+stale=$(metric_max hierarchical ps/staleness_max)
+python3 -c "import sys; sys.exit(not (0 <= float('$stale') <= 2))" ||
+  fail "SSP(2) with the hierarchy read parameters $stale steps old"
+echo "ok: a hierarchy of 2 nodes of 2 workers trains, staleness at most $stale"
+
 # Bad input: one line naming the problem, exit 2.
 train 2 no_workers --set dist.ps.placement=dedicated --set dist.ps.servers=2
 [ $? -eq 2 ] && grep -q "leave no worker" "$work/no_workers.log" ||
@@ -72,6 +86,12 @@ train 2 misspelt --set dist.ps.placement=dedicatd
 train 2 async_collectives --set dist.ps.transport=collectives --set dist.ps.consistency=async
 [ $? -eq 2 ] && grep -q 'dist.ps.transport: "collectives" serves placement "colocated"' \
   "$work/async_collectives.log" || { cat "$work/async_collectives.log"; fail "collectives, async"; }
+for bad in "transport=collectives" "consistency=async"; do
+  train 2 "hierarchical_${bad%%=*}" --set dist.ps.hierarchical=true --set "dist.ps.$bad"
+  code=$? log="$work/hierarchical_${bad%%=*}.log"
+  [ $code -eq 2 ] && [ "$(grep 'dist.ps.hierarchical: true with' "$log" | sort -u | wc -l)" = 1 ] ||
+    { cat "$log"; fail "a hierarchy with $bad"; }
+done
 echo "ok: bad input ends in one line, exit 2"
 
 # A worker that stalls (rank 1, 2000x slower) under BSP: the dedicated server names it within
