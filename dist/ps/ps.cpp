@@ -105,6 +105,13 @@ PsStrategy::PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, d
     throw UserError("dist.ps.placement = \"dedicated\" runs on CPU ranks only in this version; "
                     "on GPUs use \"colocated\" (every worker serves a shard from host memory)");
   }
+  if (options_.hierarchical && !world_->device().is_cpu()) {
+    // Written for GPU workers (host copies), not yet run on GPUs; there the collective
+    // transport sums on the links anyway.
+    throw UserError("dist.ps.hierarchical = true runs on CPU ranks only in this version; on "
+                    "GPUs use dist.ps.transport = \"collectives\", whose reduces sum on the "
+                    "links");
+  }
   is_worker_ = rank < num_workers_;
   worker_index_ = is_worker_ ? rank : 0;
   const bool is_server = !dedicated || !is_worker_;
