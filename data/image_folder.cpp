@@ -66,9 +66,11 @@ cv::Mat random_resized_crop(const cv::Mat& image, int size, Rng& rng) {
   return resize_to(image(cv::Rect((width - w) / 2, (height - h) / 2, w, h)), size, size);
 }
 
-// torchvision Resize(round(size / 0.875)) + CenterCrop(size); Python rounds half to even.
-cv::Mat resize_center_crop(const cv::Mat& image, int size) {
-  const auto shorter = static_cast<int>(std::nearbyint(size / 0.875));
+// torchvision Resize(round(size / fraction)) + CenterCrop(size); Python rounds half to even.
+// cv::resize copies an image already of the target size, so at fraction 1 an image of
+// size x size is passed through unchanged.
+cv::Mat resize_center_crop(const cv::Mat& image, int size, double fraction) {
+  const auto shorter = static_cast<int>(std::nearbyint(size / fraction));
   int width = shorter;
   int height = shorter;
   if (image.cols <= image.rows) {
@@ -85,9 +87,10 @@ cv::Mat resize_center_crop(const cv::Mat& image, int size) {
 class ImageFolderDataset : public Dataset {
  public:
   // `skipped`: files left out by data.skip_bad_images (0 when it is off).
-  ImageFolderDataset(FileList files, int64_t image_size, bool train, bool skip_bad_images,
-                     int64_t skipped)
-      : files_(std::move(files)), size_(static_cast<int>(image_size)), train_(train),
+  ImageFolderDataset(FileList files, int64_t image_size, double center_crop_fraction,
+                     bool train, bool skip_bad_images, int64_t skipped)
+      : files_(std::move(files)), size_(static_cast<int>(image_size)),
+        center_crop_fraction_(center_crop_fraction), train_(train),
         skip_bad_images_(skip_bad_images), skipped_(skipped),
         table_(make_pixel_table({0.485, 0.456, 0.406}, {0.229, 0.224, 0.225})) {}
 
@@ -111,7 +114,7 @@ class ImageFolderDataset : public Dataset {
         const cv::Mat crop = random_resized_crop(image, size_, rng);
         write_chw(crop, rng.below(2) == 1, out);
       } else {
-        write_chw(resize_center_crop(image, size_), false, out);
+        write_chw(resize_center_crop(image, size_, center_crop_fraction_), false, out);
       }
     } catch (const cv::Exception& e) {
       throw UserError(fmt::format("{}: OpenCV cannot process the image: {}", path, e.err));
@@ -158,6 +161,7 @@ class ImageFolderDataset : public Dataset {
 
   FileList files_;
   int size_;
+  double center_crop_fraction_;
   bool train_;
   bool skip_bad_images_;
   int64_t skipped_;
@@ -198,7 +202,8 @@ std::unique_ptr<Dataset> open_image_folder(const DataOptions& options, Split spl
       }
     }
     const bool train = split == Split::kTrain && options.augment;
-    return std::make_unique<ImageFolderDataset>(std::move(files), options.image_size, train,
+    return std::make_unique<ImageFolderDataset>(std::move(files), options.image_size,
+                                                options.center_crop_fraction, train,
                                                 options.skip_bad_images, skipped);
   } catch (const fs::filesystem_error& e) {
     throw UserError(fmt::format("{}: {}", e.path1().string(), e.code().message()));

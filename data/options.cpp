@@ -21,6 +21,10 @@ void DataOptions::declare(OptionSpecs& keys) {
            "training augmentation (crop + flip for CIFAR-10 and image folders)");
   keys.add("image_size", &image_size, "image_folder: training crop side in pixels")
       .range(8, 4096);
+  keys.add("center_crop_fraction", &center_crop_fraction,
+           "image_folder: evaluation resizes the shorter side to image_size / this and "
+           "center-crops image_size (0.875: torchvision's 256 -> 224; 1: no margin)")
+      .range(0.5, 1);
   keys.add("skip_bad_images", &skip_bad_images,
            "image_folder: leave out truncated or non-JPEG/PNG files when the dataset is opened "
            "(logged with their count) instead of stopping at the first one loaded");

@@ -28,9 +28,14 @@ struct DataOptions {
   // Training augmentation: random crop + flip (CIFAR-10), random-resized-crop + flip
   // (image folder); Fashion-MNIST/MNIST are not augmented.
   bool augment = true;
-  // image_folder: side of the square training crop; evaluation resizes to 1.14x and
-  // center-crops this size.
+  // image_folder: side of the square training crop; evaluation resizes the shorter side to
+  // image_size / center_crop_fraction and center-crops this size.
   int64_t image_size = 224;
+  // image_folder: the evaluation crop's share of the resized shorter side (also training's
+  // transform when augment is false). 0.875 is torchvision's Resize(256) + CenterCrop(224);
+  // 1 resizes the shorter side to image_size, so an image of image_size x image_size (such as
+  // Fashion-MNIST's 28x28 at image_size 28) passes through unchanged.
+  double center_crop_fraction = 0.875;
   // image_folder: leave out the files that fail the cheap completeness check (signature and
   // end marker) when the dataset is opened, and log how many; false: such a file is an error
   // when it is loaded. Details: data/image_list.h.

@@ -11,6 +11,7 @@ packages=(
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist
+  python3-pil  # tests/e2e/image_folder_accuracy.sh writes Fashion-MNIST as PNGs with it
 )
 missing=()
 for package in "${packages[@]}"; do

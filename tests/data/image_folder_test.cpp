@@ -127,6 +127,40 @@ TEST_CASE("image folder: classes, files, BGR to RGB, train and eval transforms")
   }
 }
 
+TEST_CASE("image folder: center_crop_fraction 1 passes images of image_size through") {
+  // 12x12 with a distinct value per pixel and channel: any resampling or shift would show.
+  test::TempDir dir;
+  std::vector<uint8_t> pixels;
+  for (int y = 0; y < 12; ++y) {
+    for (int x = 0; x < 12; ++x) {
+      pixels.insert(pixels.end(), {static_cast<uint8_t>(y * 12 + x), static_cast<uint8_t>(x * 20),
+                                   static_cast<uint8_t>(255 - y * 20)});
+    }
+  }
+  for (const char* split : {"train", "val"}) {
+    write_png(dir.path() / split / "a" / "x.png", 12, 12, pixels);
+  }
+  DataOptions options = folder_options(dir, 12);
+  options.center_crop_fraction = 1.0;
+  options.augment = false;  // training takes the evaluation transform
+  for (const Split split : {Split::kTrain, Split::kTest}) {
+    const auto dataset = open_dataset(options, split);
+    std::vector<float> out(3 * 12 * 12);
+    CHECK(dataset->get(0, out.data(), 7) == 0);
+    for (int c = 0; c < 3; ++c) {
+      const auto channel = static_cast<size_t>(c);
+      for (size_t j = 0; j < 144; ++j) {
+        REQUIRE(out[channel * 144 + j] == imagenet(c, pixels[3 * j + channel]));
+      }
+    }
+  }
+  // The default 0.875 enlarges 12 to round(12 / 0.875) = 14 and crops: pixels change.
+  options.center_crop_fraction = 0.875;
+  std::vector<float> zoomed(3 * 12 * 12);
+  open_dataset(options, Split::kTest)->get(0, zoomed.data(), 0);
+  CHECK(zoomed[0] != imagenet(0, pixels[0]));
+}
+
 std::vector<uint8_t> gradient_jpeg() {
   return test::read_bytes(fs::path(DTRAIN_SOURCE_DIR) / "tests/data/files/gradient32.jpg");
 }
