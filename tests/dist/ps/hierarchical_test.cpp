@@ -8,7 +8,7 @@
 #include "dist/options.h"
 #include "dist/ps/ps.h"
 
-#include "equivalence.h"
+#include "ps/ps_harness.h"
 
 #include <catch2/catch.hpp>
 
@@ -18,23 +18,15 @@ using dtrain::dist::PsOptions;
 using dtrain::dist::PsStrategy;
 using dtrain::dist::Role;
 using namespace equivalence;
+using namespace ps_harness;
 
 namespace {
 
 PsOptions hierarchical_options(const std::string& placement, int64_t chunk_numel,
                                const std::string& consistency = "bsp", int64_t staleness = 0) {
-  PsOptions options;
-  options.placement = placement;
-  options.servers = 1;
-  options.chunk_mb = static_cast<double>(chunk_numel * 8) / (1024.0 * 1024.0);
-  options.consistency = consistency;
-  options.staleness = staleness;
+  PsOptions options = ps_options(placement, 1, chunk_numel, consistency, staleness);
   options.hierarchical = true;
   return options;
-}
-
-int workers(const PsOptions& options) {
-  return options.placement == "dedicated" ? world()->size() - 1 : world()->size();
 }
 
 // The nodes `num_workers` workers (world ranks 0 ..) span: blocks of DTRAIN_RANKS_PER_NODE,
@@ -44,21 +36,6 @@ int expected_nodes(int num_workers) {
   if (value == nullptr || *value == '\0') return 1;
   const int per_node = std::atoi(value);
   return (num_workers + per_node - 1) / per_node;
-}
-
-// Steps [from, to) on every worker (a dedicated server serves instead), then the end of
-// training. `between`, if set, runs on each worker after each step.
-void run(Net& net, PsStrategy& strategy, const Data& data, int64_t from, int64_t to, double lr,
-         const std::function<void(int64_t)>& between = nullptr) {
-  if (strategy.role() == Role::kServer) {
-    strategy.serve();
-    return;
-  }
-  for (int64_t step = from; step < to; ++step) {
-    train(net, strategy, data, step, step + 1, lr, 1, strategy.data_group().rank);
-    if (between) between(step);
-  }
-  strategy.finish();
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 #include "dist/ps/plan.h"
 #include "dist/ps/ps.h"
 
-#include "equivalence.h"
+#include "ps/ps_harness.h"
 
 #include <catch2/catch.hpp>
 
@@ -22,44 +22,7 @@ using dtrain::dist::PsOptions;
 using dtrain::dist::PsStrategy;
 using dtrain::dist::Role;
 using namespace equivalence;
-
-namespace {
-
-// chunk_mb for chunks of `numel` float64 elements.
-double chunk_mb(int64_t numel) { return static_cast<double>(numel * 8) / (1024.0 * 1024.0); }
-
-PsOptions ps_options(const std::string& placement, int64_t servers, int64_t chunk_numel,
-                     const std::string& consistency = "bsp", int64_t staleness = 0) {
-  PsOptions options;
-  options.placement = placement;
-  options.servers = servers;
-  options.chunk_mb = chunk_mb(chunk_numel);
-  options.consistency = consistency;
-  options.staleness = staleness;
-  return options;
-}
-
-int workers(const PsOptions& options) {
-  return options.placement == "dedicated" ? world()->size() - static_cast<int>(options.servers)
-                                          : world()->size();
-}
-
-// Runs steps [from, to) on every worker of `strategy` (a server serves instead), then the
-// end-of-training sync. `between`, if set, runs on each worker after each step.
-void run(Net& net, PsStrategy& strategy, const Data& data, int64_t from, int64_t to, double lr,
-         const std::function<void(int64_t)>& between = nullptr) {
-  if (strategy.role() == Role::kServer) {
-    strategy.serve();
-    return;
-  }
-  for (int64_t step = from; step < to; ++step) {
-    train(net, strategy, data, step, step + 1, lr, 1, strategy.data_group().rank);
-    if (between) between(step);
-  }
-  strategy.finish();
-}
-
-}  // namespace
+using namespace ps_harness;
 
 TEST_CASE("ps plan: chunks cover every tensor once and balance the servers", "[dist][ps]") {
   const std::vector<int64_t> numels = {30, 3, 100, 10, 7};
