@@ -61,6 +61,9 @@ void PsOptions::declare(OptionSpecs& keys) {
            "messages transport, bsp and ssp: each node's workers reduce gradients onto one "
            "leader, which alone pushes and pulls and broadcasts the parameters to them (auto "
            "then picks messages)");
+  keys.add("tolerate_worker_loss", &tolerate_worker_loss,
+           "async, dedicated servers: a dead worker is dropped and the others train on "
+           "(launch with mpirun --enable-recovery); rank 0 excepted");
 }
 
 bool PsOptions::use_collectives(bool on_gpus) const {
@@ -171,6 +174,15 @@ FieldErrors DistOptions::validate(const DistContext& context) const {
                         "true with consistency \"async\": async applies each worker's push "
                         "alone, and a leader's push of its node's sum is several workers'; use "
                         "consistency \"bsp\" or \"ssp\", or hierarchical = false"});
+    }
+    if (ps.tolerate_worker_loss && (ps.consistency != "async" || ps.placement != "dedicated")) {
+      // bsp and ssp wait for every worker by definition; a colocated worker takes its shard
+      // of the parameters with it.
+      errors.push_back({"ps.tolerate_worker_loss",
+                        fmt::format("true needs consistency \"async\" (bsp and ssp wait for "
+                                    "every worker) and placement \"dedicated\" (a colocated "
+                                    "worker's shard dies with it); this run has \"{}\" and \"{}\"",
+                                    ps.consistency, ps.placement)});
     }
     if (context.sync_batchnorm && ps.consistency != "bsp") {
       errors.push_back({"ps.consistency",

@@ -64,6 +64,10 @@ struct PsOptions {
   // broadcasts the parameters to them: one node's traffic to the servers instead of one per
   // worker.
   bool hierarchical = false;
+  // Async, dedicated servers: a worker that dies (or falls silent for dist.timeout_s while
+  // the others wait for it) is dropped and the others train on (dist/ps/live_workers.h);
+  // needs mpirun --enable-recovery, without which mpirun ends the job at any rank's death.
+  bool tolerate_worker_loss = false;
 
   void declare(OptionSpecs& keys);
   FieldErrors validate() const;

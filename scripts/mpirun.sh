@@ -17,10 +17,11 @@ if [ "$(id -u)" = 0 ]; then
 fi
 export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
 
-ranks="" placed="" extra=()
+ranks="" placed="" extra=() recovery=${OMPI_MCA_orte_enable_recovery:-}
 args=("$@")
 for ((i = 0; i < ${#args[@]}; ++i)); do
   case "${args[i]}" in
+    --enable-recovery) recovery=1 ;;
     -np | -n | --np | -c) ranks=${args[i + 1]:-} ;;
     --oversubscribe | --hostfile | -hostfile | --machinefile | -machinefile | --host | -host | -H | \
       --default-hostfile) placed=1 ;;
@@ -31,6 +32,14 @@ cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # nproc alone obeys O
 if [ -z "$placed" ] && [[ "$ranks" =~ ^[0-9]+$ ]] && [ "$ranks" -gt "$cores" ]; then
   echo "mpirun.sh: $ranks ranks on $cores cores: oversubscribing (ranks share cores)" >&2
   extra=(--oversubscribe)
+fi
+# With --enable-recovery (dist.ps.tolerate_worker_loss), mpirun exits 0 whatever its ranks'
+# codes: a rank that fails writes its code into $DTRAIN_EXIT_CODES, and this script exits with
+# the largest.
+if [ -n "$recovery" ] && [ "$recovery" != 0 ] && [ "$recovery" != false ]; then
+  export DTRAIN_EXIT_CODES
+  DTRAIN_EXIT_CODES=$(mktemp -d)
+  extra+=(-x DTRAIN_EXIT_CODES)
 fi
 setsid mpirun "${extra[@]}" "$@" &
 pid=$!
@@ -58,6 +67,12 @@ while :; do
   [ "$held" -ne 127 ] && code=$held
   break
 done
+if [ -n "${DTRAIN_EXIT_CODES:-}" ]; then
+  for file in "$DTRAIN_EXIT_CODES"/rank*; do
+    [ -f "$file" ] && [ "$(cat "$file")" -gt "$code" ] && code=$(cat "$file")
+  done
+  rm -rf "$DTRAIN_EXIT_CODES"
+fi
 # 138: the ranks stopped on the SIGUSR1 this script sent for another signal.
 if [ -n "$received" ] && [ "$code" -eq 138 ]; then
   exit $((128 + received))

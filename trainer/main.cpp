@@ -82,10 +82,8 @@ int fail(const std::string& message, int exit_code) {
   dtrain::dist::abort_world(exit_code);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  dtrain::keep_freed_host_memory();
+// The exit code of the run, every failure reported.
+int run_reporting(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const dtrain::trainer::ConfigError& e) {
@@ -96,4 +94,13 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {  // InternalError, std::bad_alloc, torch's errors
     return fail(e.what(), 1);
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dtrain::keep_freed_host_memory();
+  const int code = run_reporting(argc, argv);
+  dtrain::dist::note_exit_code(code);
+  return code;
 }

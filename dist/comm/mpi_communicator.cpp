@@ -12,6 +12,7 @@
 
 #include <climits>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <thread>
 
@@ -47,6 +48,8 @@ class MpiCommunicator : public Communicator {
     if (comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
   }
 
+  MPI_Comm handle() const { return comm_; }
+  double timeout_s() const { return timeout_s_; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
@@ -331,7 +334,24 @@ std::optional<WorldInfo> started_world() {
   return g_started;
 }
 
+bool world_survives_rank_loss() {
+  const char* value = std::getenv("OMPI_MCA_orte_enable_recovery");
+  if (value == nullptr) return false;
+  const std::string on(value);
+  return on == "1" || on == "true" || on == "yes" || on == "on";
+}
+
+void note_exit_code(int exit_code) {
+  const char* dir = std::getenv("DTRAIN_EXIT_CODES");
+  if (exit_code == 0 || dir == nullptr || !world_survives_rank_loss()) return;
+  // MPI may not have started (a bad config): the launcher's rank names the file.
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  std::ofstream(fmt::format("{}/rank{}", dir, rank ? rank : "0")) << exit_code << "\n";
+}
+
 void abort_world(int exit_code) {
+  // With recovery on, MPI_Abort ends this rank only (the others end at their timeouts).
+  note_exit_code(exit_code);
   MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::_Exit(exit_code);  // MPI_Abort does not return; should it, this rank still ends
 }
@@ -355,6 +375,20 @@ std::string mpi_library_version() {
 std::unique_ptr<Communicator> make_mpi_world(double timeout_s) {
   init_world();
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, timeout_s);
+}
+
+std::unique_ptr<Communicator> mpi_subgroup(Communicator& parent, const std::vector<int>& ranks,
+                                           int tag) {
+  const auto* mpi = dynamic_cast<const MpiCommunicator*>(&parent);
+  DTRAIN_CHECK(mpi != nullptr, "mpi_subgroup of a {} communicator", parent.backend());
+  MPI_Group all = MPI_GROUP_NULL, some = MPI_GROUP_NULL;
+  DTRAIN_MPI_CHECK(MPI_Comm_group(mpi->handle(), &all));
+  DTRAIN_MPI_CHECK(MPI_Group_incl(all, static_cast<int>(ranks.size()), ranks.data(), &some));
+  MPI_Comm sub = MPI_COMM_NULL;
+  DTRAIN_MPI_CHECK(MPI_Comm_create_group(mpi->handle(), some, tag, &sub));
+  MPI_Group_free(&some);
+  MPI_Group_free(&all);
+  return std::make_unique<MpiCommunicator>(sub, mpi->timeout_s());
 }
 
 std::unique_ptr<Communicator> make_mpi_node(double timeout_s) {

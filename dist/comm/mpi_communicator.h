@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace dtrain::dist {
 
@@ -30,8 +31,18 @@ WorldInfo init_world();
 // starts MPI: for error paths.
 std::optional<WorldInfo> started_world();
 
+// Whether mpirun keeps the job running when a rank dies (mpirun --enable-recovery, or the MCA
+// parameter orte_enable_recovery, which mpirun hands on to the ranks).
+bool world_survives_rank_loss();
+
+// If the world survives rank loss, mpirun exits 0 whatever its ranks' exit codes: a non-zero
+// `exit_code` is written to the file rank<N> of the directory $DTRAIN_EXIT_CODES, if set, for
+// scripts/mpirun.sh to exit with.
+void note_exit_code(int exit_code);
+
 // Ends every rank of the world now (MPI_Abort; mpirun then exits with `exit_code`):
-// for a rank that failed, so that the others do not wait for it until their timeout.
+// for a rank that failed, so that the others do not wait for it until their timeout. If the
+// world survives rank loss, ends this rank only (and notes `exit_code`).
 [[noreturn]] void abort_world(int exit_code);
 
 // The largest `value` over all ranks of the world (blocking, unbounded: for agreeing on an
@@ -43,6 +54,11 @@ std::string mpi_library_version();
 
 // The world's communicator, each wait bounded by `timeout_s` seconds.
 std::unique_ptr<Communicator> make_mpi_world(double timeout_s);
+// A communicator of `ranks` (ranks of `parent`, ascending; this rank among them) built by them
+// alone (MPI_Comm_create_group): ranks that have died need not join, as they must for a split.
+// `parent` is an MPI communicator; `tag` tells apart creations on it that may overlap.
+std::unique_ptr<Communicator> mpi_subgroup(Communicator& parent, const std::vector<int>& ranks,
+                                           int tag);
 // The ranks of this rank's node (WorldInfo::node), in world order. Collective over the world.
 std::unique_ptr<Communicator> make_mpi_node(double timeout_s);
 

@@ -7,6 +7,9 @@
 //   server -> worker  params_tag(c)  chunk c's parameters after `version` updates,
 //                                    [header + numel] (write_version below)
 //   both ways         kStateTag      bytes: optimizer state for checkpoints and resumes
+//   server 0 -> worker  kMembershipTag  int64 [workers]: 1 for each worker still training,
+//                                       the answer to a roll call (dist/ps/live_workers.h)
+//   server 0 -> server  kMembershipTag  a Control kWorkerLost: drop that worker
 #pragma once
 
 #include <torch/torch.h>
@@ -18,8 +21,13 @@ namespace dtrain::dist::ps {
 
 constexpr int kControlTag = 0;
 constexpr int kStateTag = 1;
-inline int push_tag(int64_t chunk) { return static_cast<int>(2 + 2 * chunk); }
-inline int params_tag(int64_t chunk) { return static_cast<int>(3 + 2 * chunk); }
+constexpr int kMembershipTag = 2;
+constexpr int kFirstChunkTag = 3;
+inline int push_tag(int64_t chunk) { return static_cast<int>(kFirstChunkTag + 2 * chunk); }
+inline int params_tag(int64_t chunk) { return static_cast<int>(kFirstChunkTag + 1 + 2 * chunk); }
+// The chunk of a push's tag.
+inline int64_t pushed_chunk(int tag) { return (tag - kFirstChunkTag) / 2; }
+inline bool is_push_tag(int tag) { return tag >= kFirstChunkTag && (tag - kFirstChunkTag) % 2 == 0; }
 
 enum class Command : int64_t {
   kStep = 1,    // the worker's pushes of step `clock` are complete; apply them at lr `value`
@@ -27,6 +35,10 @@ enum class Command : int64_t {
   kSendState = 3,  // send me your optimizer state (kStateTag)
   kLoadState = 4,  // your parameters and optimizer state follow (kStateTag); acknowledge
   kDone = 5,       // this worker has finished
+  // With dist.ps.tolerate_worker_loss, to server 0: this worker has reached its next
+  // collective with the other workers; answer with who still trains (kMembershipTag).
+  kRollCall = 6,
+  kWorkerLost = 7,  // server 0 to the other servers: worker `clock` is gone
 };
 
 struct Control {

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 
@@ -112,6 +113,11 @@ PsStrategy::PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, d
                     "GPUs use dist.ps.transport = \"collectives\", whose reduces sum on the "
                     "links");
   }
+  if (options_.tolerate_worker_loss && !world_survives_rank_loss()) {
+    throw UserError("dist.ps.tolerate_worker_loss = true needs mpirun --enable-recovery (or "
+                    "OMPI_MCA_orte_enable_recovery=1): without it mpirun ends the whole job when "
+                    "one rank dies");
+  }
   is_worker_ = rank < num_workers_;
   worker_index_ = is_worker_ ? rank : 0;
   const bool is_server = !dedicated || !is_worker_;
@@ -119,6 +125,8 @@ PsStrategy::PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, d
   requests_ = mpi_world->dup();
   replies_ = mpi_world->dup();
   workers_comm_ = mpi_world->split(is_worker_ ? 0 : 1, rank);
+  all_workers_comm_ = workers_comm_;
+  for (int w = 0; w < num_workers_; ++w) live_workers_.push_back(w);
   if (options_.hierarchical) {
     if (consistency_ == Consistency::kAsync) {
       throw UserError("dist.ps.hierarchical = true is not available with consistency \"async\" "
@@ -149,6 +157,8 @@ PsStrategy::PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, d
     setup.replies = replies_;
     setup.servers = servers;
     setup.timeout_s = timeout_s_;
+    setup.tolerate_worker_loss = options_.tolerate_worker_loss;
+    for (int s = 0; s < num_servers_; ++s) setup.server_ranks.push_back(server_rank(s));
     server_setup_ = std::move(setup);
   }
   current_ = StepComm(requests_->rank(), requests_->size(), requests_->now());
@@ -258,15 +268,16 @@ void PsStrategy::progress() {
 }
 
 void PsStrategy::wait_until(const std::function<bool()>& done,
-                            const std::function<std::string()>& what) {
+                            const std::function<std::string()>& what, double limit_s) {
   const auto start = Clock::now();
-  const auto deadline = start + std::chrono::duration<double>(timeout_s_);
+  if (limit_s <= 0.0) limit_s = timeout_s_;
+  const auto deadline = start + std::chrono::duration<double>(limit_s);
   for (int polls = 0; !done(); ++polls) {
     progress();
     const auto now = Clock::now();
     if (now > deadline) {
-      log::error("rank {}: ps: {} within dist.timeout_s = {} s; ending the job", error_rank(),
-                 what(), timeout_s_);
+      log::error("rank {}: ps: {} within {} s (dist.timeout_s = {} s); ending the job",
+                 error_rank(), what(), limit_s, timeout_s_);
       abort_world(3);
     }
     // A message of many fragments needs both sides in MPI: keep polling, but yield the core
@@ -279,6 +290,15 @@ void PsStrategy::wait_until(const std::function<bool()>& done,
   }
 }
 
+void PsStrategy::wait_workers(Work& work, const std::string& what) {
+  // Without a server here to poll, the communicator's own wait names the workers missing.
+  if (server_) {
+    wait_polling(work, what);
+  } else {
+    work.wait();
+  }
+}
+
 void PsStrategy::wait_polling(Work& work, const std::string& what) {
   wait_until([&work] { return work.test(); }, [&what] { return what; });
 }
@@ -286,10 +306,53 @@ void PsStrategy::wait_polling(Work& work, const std::string& what) {
 void PsStrategy::reduce_metrics(torch::Tensor values, ReduceOp op) {
   if (num_workers_ == 1) return;
   torch::Tensor host = values.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous();
-  std::unique_ptr<Work> work = workers_comm_->all_reduce(host, ReduceOp::kSum);
-  wait_polling(*work, "reducing metrics: a worker did not join");
-  if (op == ReduceOp::kAverage) host.div_(num_workers_);
+  Communicator& comm = workers();
+  std::unique_ptr<Work> work = comm.all_reduce(host, ReduceOp::kSum);
+  wait_workers(*work, "reducing metrics: a worker did not join");
+  if (op == ReduceOp::kAverage) host.div_(comm.size());
   values.copy_(host);
+}
+
+Communicator& PsStrategy::workers() {
+  if (!options_.tolerate_worker_loss) return *workers_comm_;
+  send_control(0, static_cast<int64_t>(ps::Command::kRollCall));
+  std::optional<Envelope> envelope;
+  // Server 0 answers within dist.timeout_s of the last word of a lost worker, which may
+  // come just before this call: twice the timeout.
+  wait_until(
+      [&] { return (envelope = replies_->iprobe(server_rank(0), ps::kMembershipTag)).has_value(); },
+      [] { return std::string("waited for server 0 to answer the roll call"); },
+      2 * timeout_s_);
+  torch::Tensor mask = torch::empty({num_workers_}, torch::kInt64);
+  wait_polling(*replies_->recv_probed(*envelope, mask), "receiving the roll call's answer");
+  std::vector<int> live;
+  for (int w = 0; w < num_workers_; ++w) {
+    if (mask[w].item<int64_t>() != 0) live.push_back(w);
+  }
+  if (std::find(live.begin(), live.end(), worker_index_) == live.end()) {
+    // Alive but too late: the servers have dropped this worker and the others went on.
+    log::error("rank {}: ps: server 0 took this worker as lost (silent for dist.timeout_s = {} "
+               "s); it leaves the job",
+               error_rank(), timeout_s_);
+    std::_Exit(3);
+  }
+  if (live != live_workers_) {
+    if (worker_index_ == live.front()) {
+      std::string lost;
+      for (const int w : live_workers_) {
+        if (std::find(live.begin(), live.end(), w) != live.end()) continue;
+        lost += fmt::format("{}{}", lost.empty() ? "" : ", ", w);
+      }
+      log::warn("ps: worker rank(s) {} lost; {} of {} workers train on (their shards of the "
+                "training and test data are no longer seen)",
+                lost, live.size(), num_workers_);
+    }
+    former_workers_comms_.push_back(workers_comm_);
+    workers_comm_ = mpi_subgroup(*all_workers_comm_, live, static_cast<int>(
+                                     former_workers_comms_.size()));
+    live_workers_ = live;
+  }
+  return *workers_comm_;
 }
 
 std::unique_ptr<Work> PsStrategy::launch(Bucket& bucket) {
@@ -467,8 +530,8 @@ void PsStrategy::step(double lr) {
 void PsStrategy::barrier_polling() {
   if (num_workers_ == 1) return;
   torch::Tensor token = torch::zeros({1}, torch::kFloat32);
-  std::unique_ptr<Work> work = workers_comm_->all_reduce(token, ReduceOp::kSum);
-  wait_polling(*work, "at a barrier of the workers: a worker did not join");
+  std::unique_ptr<Work> work = workers().all_reduce(token, ReduceOp::kSum);
+  wait_workers(*work, "at a barrier of the workers: a worker did not join");
 }
 
 void PsStrategy::sync_point() {
@@ -511,12 +574,13 @@ void PsStrategy::share_params() {
 void PsStrategy::average_buffers() {
   if (num_workers_ == 1) return;
   torch::NoGradGuard no_grad;
+  Communicator& comm = workers();
   for (torch::Tensor& buffer : buffers_) {
     if (!buffer.is_floating_point()) continue;  // BatchNorm's step count: the same everywhere
     torch::Tensor host = buffer.to(torch::kCPU, false, true).contiguous();
-    std::unique_ptr<Work> work = workers_comm_->all_reduce(host, ReduceOp::kSum);
-    wait_polling(*work, "averaging BatchNorm statistics: a worker did not join");
-    buffer.copy_(host.div_(num_workers_));
+    std::unique_ptr<Work> work = comm.all_reduce(host, ReduceOp::kSum);
+    wait_workers(*work, "averaging BatchNorm statistics: a worker did not join");
+    buffer.copy_(host.div_(comm.size()));
   }
 }
 
@@ -544,7 +608,7 @@ void PsStrategy::load(const std::string& dir) {
 void PsStrategy::commit_load() {
   if (num_workers_ > 1) {
     torch::Tensor pending = torch::tensor({load_pending_ && worker_index_ == 0 ? 1.0f : 0.0f});
-    std::unique_ptr<Work> work = workers_comm_->broadcast(pending, 0);
+    std::unique_ptr<Work> work = workers().broadcast(pending, 0);
     wait_polling(*work, "agreeing on a resume: rank 0 did not join");
     load_pending_ = pending.item<float>() > 0;
   }
@@ -625,6 +689,9 @@ Stats PsStrategy::stats() const {
                  {"ps/wait_ms", last_wait_ms_},
                  {"ps/staleness", static_cast<double>(last_staleness_)},
                  {"ps/staleness_max", static_cast<double>(max_staleness_)}};
+  if (options_.tolerate_worker_loss) {
+    stats.push_back({"ps/workers", static_cast<double>(live_workers_.size())});
+  }
   if (!last_.empty()) {
     for (Stat& stat : last_.stats()) stats.push_back(std::move(stat));
   }

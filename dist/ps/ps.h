@@ -33,6 +33,12 @@
 // the parameters, then broadcasts them (with their versions) to its node before each forward
 // and at sync points.
 //
+// Worker loss (dist.ps.tolerate_worker_loss, async with dedicated servers): before each
+// collective among the workers, a roll call on server 0 (dist/ps/live_workers.h) says who
+// still trains; a lost worker is dropped by the servers, and the others go on over a
+// communicator of their own. The lost worker's shard of the data (training and test) is no
+// longer seen.
+//
 // Checkpoints hold whole tensors: model.pt, and optimizer.pt assembled from the servers'
 // pieces, as single and ddp write them, so a run resumes on any number of servers, workers
 // or strategies, and ps resumes from theirs.
@@ -129,8 +135,11 @@ class PsStrategy : public Strategy, private CommHook {
   // poll_server(), and the parameter messages being received move on.
   void progress();
   // Polls until `done`; past dist.timeout_s the job ends with `what()`.
-  void wait_until(const std::function<bool()>& done, const std::function<std::string()>& what);
+  void wait_until(const std::function<bool()>& done, const std::function<std::string()>& what,
+                  double limit_s = 0.0);  // 0: dist.timeout_s
   void wait_polling(Work& work, const std::string& what);
+  // A collective among the workers: polls this rank's server if it has one.
+  void wait_workers(Work& work, const std::string& what);
   // Receives what the servers have sent, without touching the parameters: safe anywhere,
   // also inside backward.
   void receive_params();
@@ -139,6 +148,9 @@ class PsStrategy : public Strategy, private CommHook {
   void apply_params(int64_t chunk);
   void apply_all_params();
   void send_control(int server, int64_t command, double value = 0.0);
+  // The workers' communicator for their next collective; with tolerate_worker_loss, after
+  // the roll call, of the workers still training.
+  Communicator& workers();
   void sync_point();
   void barrier_polling();
   void average_buffers();
@@ -158,6 +170,12 @@ class PsStrategy : public Strategy, private CommHook {
   std::shared_ptr<Communicator> requests_;      // MPI, every rank: workers to servers
   std::shared_ptr<Communicator> replies_;       // MPI, every rank: servers to workers
   std::shared_ptr<Communicator> workers_comm_;  // MPI, the workers: metrics, barriers
+  // With tolerate_worker_loss: every worker's communicator, of which workers_comm_ is the
+  // survivors' after a loss, and those replaced (kept: freeing one with a dead member is
+  // not safe).
+  std::shared_ptr<Communicator> all_workers_comm_;
+  std::vector<std::shared_ptr<Communicator>> former_workers_comms_;
+  std::vector<int> live_workers_;  // worker indices still training
   std::shared_ptr<Communicator> data_comm_;     // the workers on their device: SyncBatchNorm
   std::unique_ptr<PsHierarchy> hierarchy_;      // with dist.ps.hierarchical
   // Pushes, sends control messages and takes parameters: every worker, or with a hierarchy

@@ -32,9 +32,17 @@ PsServer::PsServer(PsServerSetup setup, const std::vector<torch::Tensor>& params
   free_buffers_.assign(chunks, {});
   step_lr_.assign(workers, {});
   worker_done_.assign(workers, false);
+  lost_.assign(workers, false);
+  heard_.assign(workers, Clock::now());
+  if (s_.tolerate_worker_loss && s_.index == 0) {
+    roll_.emplace(static_cast<int>(workers), s_.timeout_s, Clock::now());
+  }
 }
 
-PsServer::~PsServer() = default;
+PsServer::~PsServer() {
+  // Never to complete, and destroying a Work waits for it.
+  for (std::unique_ptr<Work>& work : abandoned_) (void)work.release();
+}
 
 torch::Tensor PsServer::sum_over_servers(torch::Tensor values) const {
   if (s_.servers->size() == 1) return values;
@@ -65,17 +73,29 @@ torch::Tensor PsServer::buffer_for(int64_t local) {
 void PsServer::take_arrivals() {
   while (std::optional<Envelope> envelope = s_.requests->iprobe(kAnySource, kAnyTag)) {
     last_arrival_ = Clock::now();
+    if (envelope->tag == ps::kMembershipTag) {  // server 0: a worker is lost
+      torch::Tensor message = torch::empty({3}, torch::kFloat64);
+      s_.requests->recv_probed(*envelope, message)->wait();
+      drop_worker(static_cast<size_t>(ps::Control::decode(message).clock));
+      continue;
+    }
     const size_t worker = worker_of(envelope->source);
+    heard_[worker] = last_arrival_;
+    if (roll_) roll_->heard(worker, last_arrival_);
+    if (lost_[worker]) {  // alive after all, but too late: its messages are dropped unread
+      torch::Tensor discarded = torch::empty({envelope->bytes}, torch::kUInt8);
+      s_.requests->recv_probed(*envelope, discarded)->wait();
+      continue;
+    }
     if (envelope->tag == ps::kControlTag) {
       torch::Tensor message = torch::empty({3}, torch::kFloat64);
       s_.requests->recv_probed(*envelope, message)->wait();
       handle_control(worker, message);
       continue;
     }
-    DTRAIN_CHECK(envelope->tag >= 2 && envelope->tag % 2 == 0,
-                 "ps server {}: unexpected tag {} from rank {}", s_.index, envelope->tag,
-                 envelope->source);
-    const int64_t chunk = (envelope->tag - 2) / 2;
+    DTRAIN_CHECK(ps::is_push_tag(envelope->tag), "ps server {}: unexpected tag {} from rank {}",
+                 s_.index, envelope->tag, envelope->source);
+    const int64_t chunk = ps::pushed_chunk(envelope->tag);
     const std::vector<int64_t>& held = shard_.chunk_ids();
     const int64_t local = std::find(held.begin(), held.end(), chunk) - held.begin();
     DTRAIN_CHECK(local < static_cast<int64_t>(held.size()),
@@ -107,6 +127,11 @@ void PsServer::handle_control(size_t worker, const torch::Tensor& message) {
     case ps::Command::kSendState: send_state(worker); break;
     case ps::Command::kLoadState: load_state(worker); break;
     case ps::Command::kDone: worker_done_[worker] = true; break;
+    case ps::Command::kRollCall:
+      DTRAIN_CHECK(roll_.has_value(), "ps server {}: a roll call from worker {}, but only server "
+                   "0 keeps the roll, with dist.ps.tolerate_worker_loss", s_.index, worker);
+      roll_->called(worker, Clock::now());
+      break;
     default:
       DTRAIN_CHECK(false, "ps server {}: unknown command {} from worker {}", s_.index,
                    static_cast<int64_t>(control.command), worker);
@@ -123,12 +148,13 @@ bool PsServer::push_complete(size_t worker) const {
 
 void PsServer::poll() {
   take_arrivals();
+  if (roll_) keep_roll();
   const size_t workers = s_.worker_ranks.size();
   if (s_.consistency == Consistency::kAsync) {
     // Round robin from the worker after the last one served: no worker starves.
     for (size_t k = 0; k < workers; ++k) {
       const size_t worker = (next_async_ + k) % workers;
-      if (!push_complete(worker)) continue;
+      if (lost_[worker] || !push_complete(worker)) continue;
       apply_push(worker);
       next_async_ = worker + 1;
     }
@@ -194,15 +220,14 @@ void PsServer::send_chunks(const std::vector<size_t>& workers) {
     ps::write_version(message, shard_.version());
     message.narrow(0, header, numel).copy_(shard_.chunk_params(chunk));
     for (const size_t w : workers) {
-      sending_.push_back(
-          {s_.replies->send(message, s_.worker_ranks[w], ps::params_tag(chunk)), message});
+      send(message, s_.worker_ranks[w], ps::params_tag(chunk));
     }
   }
 }
 
 void PsServer::send_state(size_t worker) {
   torch::Tensor bytes = ps::encode(shard_.state());
-  sending_.push_back({s_.replies->send(bytes, s_.worker_ranks[worker], ps::kStateTag), bytes});
+  send(bytes, s_.worker_ranks[worker], ps::kStateTag);
 }
 
 void PsServer::load_state(size_t worker) {
@@ -211,7 +236,76 @@ void PsServer::load_state(size_t worker) {
   s_.requests->recv_probed(envelope, bytes)->wait();
   shard_.load_state(ps::decode(bytes, shard_.params()));
   torch::Tensor ack = torch::zeros({1}, torch::kInt64);
-  sending_.push_back({s_.replies->send(ack, s_.worker_ranks[worker], ps::kStateTag), ack});
+  send(ack, s_.worker_ranks[worker], ps::kStateTag);
+}
+
+void PsServer::send(torch::Tensor message, int to, int tag) {
+  std::unique_ptr<Work> work = s_.replies->send(message, to, tag);
+  sending_.push_back({std::move(work), std::move(message), to});
+}
+
+void PsServer::keep_roll() {
+  for (const size_t w : roll_->find_lost(Clock::now())) {
+    const int rank = s_.worker_ranks[w];
+    if (w == 0) {
+      log::error("rank {}: ps server 0: worker rank 0 sent nothing for dist.timeout_s = {} s "
+                 "while the others waited at a collective; it writes the run's checkpoints and "
+                 "metrics, so its loss is not tolerated; ending the job",
+                 error_rank(), s_.timeout_s);
+      abort_world(3);
+    }
+    log::warn("rank {}: ps server 0: worker rank {} sent nothing for dist.timeout_s = {} s while "
+              "the others waited at a collective: taken as lost; {} of {} workers train on "
+              "(dist.ps.tolerate_worker_loss)",
+              error_rank(), rank, s_.timeout_s, roll_->live(), s_.worker_ranks.size());
+    for (size_t server = 1; server < s_.server_ranks.size(); ++server) {
+      const ps::Control lost{ps::Command::kWorkerLost, static_cast<int64_t>(w), 0.0};
+      torch::Tensor message = lost.encode();
+      sending_.push_back({s_.requests->send(message, s_.server_ranks[server], ps::kMembershipTag),
+                          message, -1});
+    }
+    drop_worker(w);
+  }
+  if (!roll_->answer()) return;
+  const std::vector<int64_t> live = roll_->mask();
+  for (size_t w = 0; w < live.size(); ++w) {
+    if (live[w]) send(torch::tensor(live, torch::kInt64), s_.worker_ranks[w], ps::kMembershipTag);
+  }
+}
+
+void PsServer::drop_worker(size_t w) {
+  if (lost_[w]) return;
+  lost_[w] = true;
+  worker_done_[w] = true;
+  step_lr_[w].clear();
+  for (size_t local = 0; local < pushed_[w].size(); ++local) {
+    for (torch::Tensor& push : pushed_[w][local]) free_buffers_[local].push_back(std::move(push));
+    pushed_[w][local].clear();
+  }
+  const int rank = s_.worker_ranks[w];
+  const auto abandon = [this](std::unique_ptr<Work> work, torch::Tensor buffer) {
+    abandoned_.push_back(std::move(work));
+    abandoned_buffers_.push_back(std::move(buffer));
+  };
+  for (auto in = receiving_.begin(); in != receiving_.end();) {
+    if (in->worker != w) {
+      ++in;
+      continue;
+    }
+    abandon(std::move(in->work), std::move(in->buffer));
+    in = receiving_.erase(in);
+  }
+  for (auto out = sending_.begin(); out != sending_.end();) {
+    if (out->to != rank) {
+      ++out;
+      continue;
+    }
+    abandon(std::move(out->work), std::move(out->buffer));
+    out = sending_.erase(out);
+  }
+  if (s_.index != 0) {
+    log::info("rank {}: ps server {}: worker rank {} dropped", error_rank(), s_.index, rank);
+  }
 }
 
 bool PsServer::owed() const {
@@ -231,15 +325,23 @@ void PsServer::serve() {
     // Idle with nothing half done is no failure: the workers may be evaluating, for long.
     if (!owed()) last_arrival_ = Clock::now();
     const double waited_s = std::chrono::duration<double>(Clock::now() - last_arrival_).count();
-    if (waited_s > s_.timeout_s) {
+    // Tolerating worker loss, server 0 decides within the timeout who is lost; the others
+    // wait for its word.
+    const double limit_s = s_.tolerate_worker_loss && s_.index != 0 ? 2 * s_.timeout_s
+                                                                    : s_.timeout_s;
+    if (waited_s > limit_s) {
       std::string missing;
       for (size_t w = 0; w < worker_done_.size(); ++w) {
         if (worker_done_[w] || !step_lr_[w].empty()) continue;
         missing += fmt::format("{}{}", missing.empty() ? "" : ", ", s_.worker_ranks[w]);
       }
+      const auto silent = std::min_element(heard_.begin(), heard_.end()) - heard_.begin();
       log::error("rank {}: ps server {} waited {:.0f} s (dist.timeout_s) for the rest of a step; "
-                 "no complete push from worker rank(s) {}; ending the job",
-                 error_rank(), s_.index, waited_s, missing.empty() ? "none" : missing);
+                 "no complete push from worker rank(s) {}; silent longest: worker rank {} "
+                 "({:.0f} s); ending the job",
+                 error_rank(), s_.index, waited_s, missing.empty() ? "none" : missing,
+                 s_.worker_ranks[static_cast<size_t>(silent)],
+                 std::chrono::duration<double>(Clock::now() - heard_[silent]).count());
       abort_world(3);
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));

@@ -22,6 +22,7 @@
 #pragma once
 
 #include "dist/comm/communicator.h"
+#include "dist/ps/live_workers.h"
 #include "dist/ps/plan.h"
 #include "dist/ps/shard.h"
 #include "dist/strategy.h"
@@ -29,6 +30,7 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +53,11 @@ struct PsServerSetup {
   std::shared_ptr<Communicator> replies;
   std::shared_ptr<Communicator> servers;  // MPI, the servers: the norms of split tensors
   double timeout_s = 300.0;
+  // dist.ps.tolerate_worker_loss (async, dedicated): a lost worker is dropped, not waited
+  // for. Server 0 keeps the roll (dist/ps/live_workers.h) and tells the others, whose ranks
+  // in `requests` these are, in server order.
+  bool tolerate_worker_loss = false;
+  std::vector<int> server_ranks;
 };
 
 class PsServer {
@@ -88,6 +95,7 @@ class PsServer {
   struct Outgoing {
     std::unique_ptr<Work> work;
     torch::Tensor buffer;  // what MPI reads until the send completes
+    int to = -1;           // the receiver's rank in `replies`
   };
 
   // Starts receiving every message that has arrived (matched probes: no receive is posted
@@ -95,6 +103,12 @@ class PsServer {
   // pushes whose receive has completed. Never waits for a push: its sender may be computing.
   void take_arrivals();
   void handle_control(size_t worker, const torch::Tensor& message);
+  // Server 0, with tolerate_worker_loss: drops the workers found lost and answers the roll.
+  void keep_roll();
+  // Forgets worker `w`: its pushes not yet applied, messages to and from it, its step; it
+  // counts as finished.
+  void drop_worker(size_t w);
+  void send(torch::Tensor message, int to, int tag);
   bool push_complete(size_t worker) const;
   void apply_round();
   void apply_push(size_t worker);
@@ -121,6 +135,13 @@ class PsServer {
   std::vector<Outgoing> sending_;
   std::vector<bool> worker_done_;
   size_t next_async_ = 0;
+  std::vector<std::chrono::steady_clock::time_point> heard_;  // [worker]: its last message
+  std::vector<bool> lost_;               // [worker], with tolerate_worker_loss
+  std::optional<LiveWorkers> roll_;      // server 0, with tolerate_worker_loss
+  // Messages to and from lost workers, never to complete: kept, since waiting for them is
+  // what destroying them would do.
+  std::vector<std::unique_ptr<Work>> abandoned_;
+  std::vector<torch::Tensor> abandoned_buffers_;
   // serve()'s timeout: the last message, or the last moment nothing was owed.
   std::chrono::steady_clock::time_point last_arrival_;
 };
