@@ -2,10 +2,12 @@
 # On a multi-GPU machine, the parameter server: build, its multi-rank tests (CPU ranks and
 # GPU workers over NCCL), then ResNet-50 (configs/resnet50_ps.toml) on every GPU under ddp and
 # the ps variants (colocated bsp and ssp over collectives, the transport's default on GPUs;
-# bsp over messages and async, which runs over messages), and again with worker 1 slowed 1.5x
-# every step and with the workers slowed 1.5x in turn.
-#   usage: scripts/gpu_ps_check.sh OUT_DIR [build|bench|all]   (default all; after
-#          scripts/prepare_gpu_deps.sh brought .deps)
+# bsp over messages and async, which runs over messages) beside PyTorch DDP, and again with
+# worker 1 slowed 1.5x every step and with the workers slowed 1.5x in turn, each long enough to
+# time the training loss's fall (scripts/time_to_loss.py).
+#   usage: scripts/gpu_ps_check.sh OUT_DIR [build|bench|straggler|all]   (default all; after
+#          scripts/prepare_gpu_deps.sh brought .deps; bench: the uniform runs, straggler: the
+#          slowed ones, both on a build already made)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$1 what=${2:-all}
@@ -25,17 +27,34 @@ fi
 [ "$what" = build ] && exit 0
 
 steps=${STEPS:-60}
-echo "== ResNet-50 bf16 on $gpus GPUs, $steps steps: ddp and ps"
-scripts/sweep_strategies.sh build-gpu "$out/uniform" --ranks "$gpus" --steps "$steps" \
-  --repeat 1 --config configs/resnet50_ps.toml \
-  --strategies "ddp ps:bsp ps:ssp1 ps:ssp2 ps:bsp+messages ps:async" | tee "$out/uniform.md"
-echo "== the same, worker 1 slowed 1.5x"
-scripts/sweep_strategies.sh build-gpu "$out/straggler" --ranks "$gpus" --steps "$steps" \
-  --repeat 1 --config configs/resnet50_ps.toml --strategies "ddp ps:bsp ps:ssp2" \
-  --set "debug.slow_ranks=[1]" --set debug.slow_factor=1.5 | tee "$out/straggler.md"
-echo "== the same, every worker slowed 1.5x in turn (step s slows worker s mod $gpus)"
-workers=$(seq -s, 0 $((gpus - 1)))
-scripts/sweep_strategies.sh build-gpu "$out/rotating" --ranks "$gpus" --steps "$steps" \
-  --repeat 1 --config configs/resnet50_ps.toml --strategies "ddp ps:bsp ps:ssp1 ps:ssp2" \
-  --set "debug.slow_ranks=[$workers]" --set debug.slow_factor=1.5 \
-  --set debug.slow_pattern=rotating | tee "$out/rotating.md"
+if [ "$what" != straggler ]; then
+  echo "== ResNet-50 bf16 on $gpus GPUs, $steps steps: ddp and ps"
+  scripts/sweep_strategies.sh build-gpu "$out/uniform" --ranks "$gpus" --steps "$steps" \
+    --repeat 1 --config configs/resnet50_ps.toml \
+    --strategies "ddp ps:bsp ps:ssp1 ps:ssp2 ps:bsp+messages ps:async" | tee "$out/uniform.md"
+  echo "== PyTorch DDP, the same model and batch (scripts/bench_torch_ddp.py)"
+  mpirun -np "$gpus" --oversubscribe --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE \
+    -x MASTER_PORT=29555 python3 scripts/bench_torch_ddp.py --model resnet50 --batch 128 \
+    --warmup 20 --steps 60 >"$out/torch_ddp.log" 2>&1 || tail -20 "$out/torch_ddp.log"
+  grep "img/s" "$out/torch_ddp.log"
+fi
+[ "$what" = bench ] && exit 0
+
+# Each worker trains on one fixed synthetic batch (the loader's device batch), so the loss
+# falls as the model learns those batches: a time to a loss compares how much the staleness
+# costs per step with what it saves in waiting. Reports every 10 steps (each is a collective
+# of the workers, which SSP would otherwise not need).
+slow_steps=${SLOW_STEPS:-150}
+slow() {  # NAME STRATEGIES [--set ...]
+  local name=$1 strategies=$2
+  shift 2
+  scripts/sweep_strategies.sh build-gpu "$out/$name" --ranks "$gpus" --steps "$slow_steps" \
+    --repeat 1 --config configs/resnet50_ps.toml --strategies "$strategies" \
+    --set run.log_every=10 --set debug.slow_factor=1.5 "$@" | tee "$out/$name.md"
+  scripts/time_to_loss.py "$out/$name" 6 5 4 3 2 1 | tee "$out/$name.time_to_loss.md"
+}
+echo "== worker 1 slowed 1.5x every step, $slow_steps steps"
+slow straggler "ddp ps:bsp ps:ssp2" --set "debug.slow_ranks=[1]"
+echo "== every worker slowed 1.5x in turn (step s slows worker s mod $gpus), $slow_steps steps"
+slow rotating "ddp ps:bsp ps:ssp1 ps:ssp2" --set "debug.slow_ranks=[$(seq -s, 0 $((gpus - 1)))]" \
+  --set debug.slow_pattern=rotating
