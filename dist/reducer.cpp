@@ -84,9 +84,9 @@ void GradientReducer::build(const Layout& layout) {
   }
   for (size_t b = 0; b < layout.size(); ++b) {
     Bucket bucket{layout[b], torch::Tensor(), static_cast<int64_t>(b)};
-    const torch::Tensor& first = params_.at(bucket.layout.params.front());
+    const auto options = params_.at(bucket.layout.params.front()).options().requires_grad(false);
     bucket.flat = shared ? shared_[b % shared_.size()].narrow(0, 0, bucket.layout.numel)
-                         : torch::zeros({bucket.layout.numel}, first.options().requires_grad(false));
+                         : torch::zeros({bucket.layout.numel}, options);
     for (size_t i = 0; i < bucket.layout.params.size(); ++i) {
       const int64_t index = bucket.layout.params[i];
       const int64_t offset = bucket.layout.offsets[i];

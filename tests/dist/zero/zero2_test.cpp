@@ -118,7 +118,8 @@ TEST_CASE("ZeRO-2 on N ranks equals DDP and one rank on the N-times batch", "[di
   for (const auto& bucket : plan.layout) largest = std::max(largest, bucket.numel);
   CHECK(stat(stats, "memory/gradients_mb") * (1 << 20) ==
         static_cast<double>((shard + std::min<int64_t>(2, plan.layout.size()) * largest) * 8));
-  CHECK(stat(stats, "memory/parameters_mb") * (1 << 20) == static_cast<double>((padded + shard) * 8));
+  CHECK(stat(stats, "memory/parameters_mb") * (1 << 20) ==
+        static_cast<double>((padded + shard) * 8));
 }
 
 TEST_CASE("ZeRO-2 resumes from and into stage 1 and DDP on another number of ranks",
