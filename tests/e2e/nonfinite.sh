@@ -38,9 +38,11 @@ for strategy in ddp zero zero2; do
 done
 for zero in zero zero2; do
   [ -n "$(final_loss skip_ddp)" ] && [ "$(final_loss skip_ddp)" = "$(final_loss skip_$zero)" ] ||
-    fail "ddp and $zero disagree after the skipped step: $(final_loss skip_ddp) $(final_loss skip_$zero)"
+    fail "ddp and $zero disagree after the skipped step:" \
+      "$(final_loss skip_ddp) $(final_loss skip_$zero)"
 done
-echo "ok: a NaN on rank 1 skips step 3 on every rank; ddp, zero and zero2 end at loss $(final_loss skip_ddp)"
+echo "ok: a NaN on rank 1 skips step 3 on every rank; ddp, zero and zero2 end at loss" \
+  "$(final_loss skip_ddp)"
 
 # The step-5 checkpoint (after the skip) resumed to step 10: the straight run's loss.
 mkdir -p "$work/resumed/checkpoints"
