@@ -5,6 +5,7 @@
 #include "dist/ps/ps.h"
 #include "dist/single.h"
 #include "dist/zero/zero.h"
+#include "dist/zero/zero2.h"
 
 #include <fmt/format.h>
 
@@ -24,7 +25,10 @@ std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
   if (options.strategy == StrategyKind::kDdp) {
     return std::make_unique<DdpStrategy>(options.ddp, world, options.compression);
   }
-  if (options.strategy == StrategyKind::kZero) return std::make_unique<ZeroStrategy>(world);
+  if (options.strategy == StrategyKind::kZero) {
+    if (options.zero.stage == 2) return std::make_unique<Zero2Strategy>(options.zero, world);
+    return std::make_unique<ZeroStrategy>(world);
+  }
   if (options.strategy == StrategyKind::kPs) {
     if (options.ps.use_collectives(world->device().is_cuda())) {
       return std::make_unique<PsCollectiveStrategy>(options.ps, world);

@@ -24,16 +24,19 @@ FieldErrors DdpOptions::validate() const { return check_declared(*this); }
 
 void ZeroOptions::declare(OptionSpecs& keys) {
   keys.add("stage", &stage,
-           "ZeRO stage: 1 shards the optimizer state (stages 2 and 3 are not built yet)")
+           "ZeRO stage: 1 shards the optimizer state, 2 the gradients too (stage 3 is not "
+           "built yet)")
       .range(1, 3);
+  keys.add("bucket_mb", &bucket_mb,
+           "stage 2: gradient MiB per reduce-scatter bucket, each split evenly over the ranks")
+      .range(1e-6, 4096.0);
 }
 
 FieldErrors ZeroOptions::validate() const {
   FieldErrors errors = check_declared(*this);
-  if (stage == 2 || stage == 3) {
-    errors.push_back({"stage", fmt::format("ZeRO stage {} is not available: this version has "
-                                           "stage 1 (sharded optimizer state) only",
-                                           stage)});
+  if (stage == 3) {
+    errors.push_back({"stage", "ZeRO stage 3 is not available: this version has stages 1 "
+                               "(sharded optimizer state) and 2 (sharded gradients too)"});
   }
   return errors;
 }
@@ -107,7 +110,8 @@ FieldErrors CompressionOptions::validate() const {
 void DistOptions::declare(OptionSpecs& keys) {
   keys.add("strategy", &strategy, kStrategyNames,
            "how ranks cooperate: single (one rank), ddp (data parallel), zero (data "
-           "parallel, optimizer state sharded over the ranks) or ps (parameter server)");
+           "parallel, optimizer state and at dist.zero.stage = 2 gradients sharded over the "
+           "ranks) or ps (parameter server)");
   keys.add("timeout_s", &timeout_s,
            "bound on any collective; a rank that never joins ends the job")
       .range(1.0, 86400.0);
@@ -212,6 +216,9 @@ FieldErrors DistOptions::unused_keys() const {
     if ((of_a_strategy && section != strategy_name(strategy)) || unused_codec) {
       warnings.push_back({key, fmt::format("has no effect under dist.strategy = \"{}\"",
                                            strategy_name(strategy))});
+    } else if (key == "zero.bucket_mb" && zero.stage != 2) {
+      warnings.push_back({key, fmt::format("has no effect under dist.zero.stage = {}",
+                                           zero.stage)});
     }
   }
   return warnings;

@@ -32,10 +32,15 @@ struct DdpOptions {
   FieldErrors validate() const;
 };
 
-// [dist.zero]: ZeRO, the optimizer state (stage 1) sharded over the ranks.
+// [dist.zero]: ZeRO, the optimizer state (stage 1) and the gradients (stage 2) sharded over
+// the ranks.
 struct ZeroOptions {
-  // 1: optimizer state sharded. Stages 2 (gradients) and 3 (parameters) are not built yet.
+  // 1: optimizer state sharded (dist/zero/zero.h); 2: gradients too (dist/zero/zero2.h).
+  // Stage 3 (parameters) is not built yet.
   int64_t stage = 1;
+  // Stage 2: gradient MiB per reduce-scatter bucket. Each rank owns 1/ranks of every bucket;
+  // smaller buckets start communicating earlier in backward, two are held at a time.
+  double bucket_mb = 25.0;
 
   void declare(OptionSpecs& keys);
   FieldErrors validate() const;

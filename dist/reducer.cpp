@@ -9,6 +9,8 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/version.h>
 
+#include <algorithm>
+
 namespace dtrain::dist {
 
 Layout packed_layout(const BucketPlan& plan, const std::vector<torch::Tensor>& params) {
@@ -44,28 +46,65 @@ GradientReducer::~GradientReducer() {
   for (auto& [accumulator, key] : hooks_) accumulator->del_post_hook(key);
 }
 
+namespace {
+
+// The parts of a bucket's flat tensor that no parameter covers, as (offset, numel).
+std::vector<std::pair<int64_t, int64_t>> gaps_of(const BucketLayout& layout,
+                                                 const std::vector<torch::Tensor>& params) {
+  std::vector<std::pair<int64_t, int64_t>> covered;
+  for (size_t i = 0; i < layout.params.size(); ++i) {
+    covered.emplace_back(layout.offsets[i], params.at(layout.params[i]).numel());
+  }
+  std::sort(covered.begin(), covered.end());
+  std::vector<std::pair<int64_t, int64_t>> gaps;
+  int64_t at = 0;
+  for (const auto& [offset, numel] : covered) {
+    if (offset > at) gaps.emplace_back(at, offset - at);
+    at = std::max(at, offset + numel);
+  }
+  if (layout.numel > at) gaps.emplace_back(at, layout.numel - at);
+  return gaps;
+}
+
+}  // namespace
+
 void GradientReducer::build(const Layout& layout) {
   buckets_.clear();
+  gaps_.clear();
+  shared_.clear();
   bucket_of_.assign(params_.size(), -1);
   views_.assign(params_.size(), torch::Tensor());
+  const bool shared = options_.shared_buffers > 0;
+  if (shared) {
+    int64_t largest = 0;
+    for (const BucketLayout& bucket : layout) largest = std::max(largest, bucket.numel);
+    const auto options = params_.front().options().requires_grad(false);
+    const size_t count = std::min(layout.size(), static_cast<size_t>(options_.shared_buffers));
+    for (size_t k = 0; k < count; ++k) shared_.push_back(torch::zeros({largest}, options));
+  }
   for (size_t b = 0; b < layout.size(); ++b) {
     Bucket bucket{layout[b], torch::Tensor(), static_cast<int64_t>(b)};
-    const torch::Tensor& first = params_.at(bucket.layout.params.front());
-    bucket.flat = torch::zeros({bucket.layout.numel}, first.options().requires_grad(false));
+    const auto options = params_.at(bucket.layout.params.front()).options().requires_grad(false);
+    bucket.flat = shared ? shared_[b % shared_.size()].narrow(0, 0, bucket.layout.numel)
+                         : torch::zeros({bucket.layout.numel}, options);
     for (size_t i = 0; i < bucket.layout.params.size(); ++i) {
       const int64_t index = bucket.layout.params[i];
       const int64_t offset = bucket.layout.offsets[i];
       torch::Tensor& param = params_[index];
-      DTRAIN_CHECK(param.scalar_type() == first.scalar_type() && param.device() == first.device(),
+      DTRAIN_CHECK(param.scalar_type() == bucket.flat.scalar_type() &&
+                       param.device() == bucket.flat.device(),
                    "{}: bucket {} mixes dtypes or devices", options_.owner, b);
       // Same strides as the parameter, so accumulating into the view stays a dense add.
       torch::Tensor view = param.is_non_overlapping_and_dense()
-                               ? bucket.flat.as_strided(param.sizes(), param.strides(), offset)
+                               ? bucket.flat.as_strided(param.sizes(), param.strides(),
+                                                        bucket.flat.storage_offset() + offset)
                                : bucket.flat.narrow(0, offset, param.numel()).view(param.sizes());
-      param.mutable_grad() = view;
+      // A shared buffer holds another bucket between steps: no gradient points into it then.
+      if (!shared) param.mutable_grad() = view;
       views_[index] = view;
       bucket_of_[index] = static_cast<int64_t>(b);
     }
+    gaps_.push_back(gaps_of(bucket.layout, params_));
     buckets_.push_back(std::move(bucket));
   }
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -74,7 +113,16 @@ void GradientReducer::build(const Layout& layout) {
   pending_.assign(buckets_.size(), 0);
   works_.clear();
   works_.resize(buckets_.size());
-  log::debug("{}: {} parameters in {} buckets", options_.owner, params_.size(), buckets_.size());
+  log::debug("{}: {} parameters in {} buckets{}", options_.owner, params_.size(), buckets_.size(),
+             shared ? fmt::format(", {} shared buffers", shared_.size()) : std::string());
+}
+
+int64_t GradientReducer::buffer_bytes() const {
+  int64_t bytes = 0;
+  for (const torch::Tensor& buffer : shared_) bytes += static_cast<int64_t>(buffer.nbytes());
+  if (!shared_.empty()) return bytes;
+  for (const Bucket& bucket : buckets_) bytes += static_cast<int64_t>(bucket.flat.nbytes());
+  return bytes;
 }
 
 BucketPlan GradientReducer::plan() const {
@@ -109,6 +157,7 @@ void GradientReducer::before_backward(bool last_micro_step) {
     pending_[b] = static_cast<int64_t>(buckets_[b].layout.params.size());
   }
   next_bucket_ = 0;
+  completed_ = 0;
 }
 
 void GradientReducer::on_gradient_ready(int64_t index) {
@@ -152,9 +201,20 @@ void GradientReducer::move_gradients_to_bucket(const Bucket& bucket) {
 #endif
 }
 
+void GradientReducer::zero_gaps(const Bucket& bucket) {
+  for (const auto& [offset, numel] : gaps_[bucket.index]) {
+    bucket.flat.narrow(0, offset, numel).zero_();
+  }
+}
+
 void GradientReducer::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && pending_[next_bucket_] == 0) {
     Bucket& bucket = buckets_[next_bucket_];
+    if (!shared_.empty()) {
+      // The buffer's last user must be done with it; what it left in the gaps must go.
+      if (next_bucket_ >= shared_.size()) complete(next_bucket_ - shared_.size());
+      zero_gaps(bucket);
+    }
     move_gradients_to_bucket(bucket);
     works_[next_bucket_] = hook_.launch(bucket);
     ++next_bucket_;
@@ -183,11 +243,20 @@ void GradientReducer::after_backward(bool last_micro_step, StepComm& record) {
   check_unused();
   launch_ready_buckets();
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    works_[b]->wait();
-    hook_.finish(buckets_[b]);
+    if (b >= completed_) complete(b);
     hook_.record(buckets_[b], std::move(works_[b]), record);
   }
   reducing_ = false;
+}
+
+void GradientReducer::complete(size_t b) {
+  DTRAIN_CHECK(b == completed_ && b < next_bucket_, "{}: bucket {} completed out of order",
+               options_.owner, b);
+  works_[b]->wait();
+  hook_.finish(buckets_[b]);
+  ++completed_;
+  if (shared_.empty()) return;
+  for (const int64_t index : buckets_[b].layout.params) params_[index].mutable_grad().reset();
 }
 
 void GradientReducer::after_step() {

@@ -19,6 +19,14 @@
 // and the views become the gradients again (one read and one write per element, about one
 // launch per bucket). Gradient accumulation: hooks do nothing on micro-steps other than the
 // last; autograd accumulates, and the sums are copied in and communicated once.
+//
+// Buffers: by default every bucket keeps its own flat tensor for the whole run (DDP's
+// optimizer reads the averaged gradients there). With `shared_buffers` = k, the buckets take
+// turns in k flat tensors of the largest bucket's size (bucket b in buffer b % k), as
+// DeepSpeed's stage 2 alternates its gradient buckets: launching bucket b first completes
+// bucket b - k, and a completed bucket's gradients are released. Full-size gradients then
+// exist only in flight (at most k buckets, plus what autograd produced for incomplete
+// buckets); the hook keeps what it needs (ZeRO-2: its reduce-scattered shard).
 #pragma once
 
 #include "dist/buckets.h"
@@ -82,6 +90,7 @@ struct ReducerOptions {
   bool overlap = true;            // launch from inside backward (false: after it)
   bool find_unused = false;       // a parameter without gradient is reduced as zeros
   std::string unused_hint;        // otherwise the error ends with this advice
+  int64_t shared_buffers = 0;     // 0: a flat tensor per bucket; k: k shared in rotation
 };
 
 // Re-plans the layout from the observed gradient order (indices into the parameters).
@@ -108,6 +117,8 @@ class GradientReducer {
   void after_step();
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
+  // Bytes of the flat tensors the buckets live in (held for the whole run).
+  int64_t buffer_bytes() const;
   // The buckets' parameters, in launch order.
   BucketPlan plan() const;
 
@@ -117,6 +128,9 @@ class GradientReducer {
   void on_gradient_ready(int64_t index);
   void move_gradients_to_bucket(const Bucket& bucket);
   void launch_ready_buckets();
+  // Waits for bucket `b` (the oldest in flight) and lets the hook finish it.
+  void complete(size_t b);
+  void zero_gaps(const Bucket& bucket);
   void check_unused();
 
   std::vector<torch::Tensor> params_;
@@ -128,12 +142,15 @@ class GradientReducer {
   bool poll_in_hooks_ = false;  // MPI progresses a collective only inside MPI calls
 
   std::vector<Bucket> buckets_;
+  std::vector<torch::Tensor> shared_;            // with shared_buffers: the buffers
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> gaps_;  // per bucket: (offset, numel)
   std::vector<int64_t> pending_;                 // per bucket: gradients still to arrive
   std::vector<std::unique_ptr<Work>> works_;     // per bucket, this step
   std::vector<int64_t> bucket_of_;               // parameter -> bucket
   std::vector<torch::Tensor> views_;             // parameter -> its gradient's place
   std::vector<bool> ready_;                      // parameter's gradient arrived this step
   size_t next_bucket_ = 0;
+  size_t completed_ = 0;                         // buckets waited for and finished this step
   bool reducing_ = false;                        // this backward completes the step
   std::vector<int64_t> observed_order_;
   bool replanned_ = false;

@@ -14,10 +14,23 @@ void ReplicatedStrategy::load_model_state(const NamedTensors& state) {
   copy_state(state, module_state(*model_));
 }
 
+ReplicatedStrategy::MemoryBytes ReplicatedStrategy::memory() const {
+  MemoryBytes bytes;
+  for (const torch::Tensor& param : params_) {
+    bytes.parameters += static_cast<int64_t>(param.nbytes());
+  }
+  bytes.gradients = reducer_ ? reducer_->buffer_bytes() : bytes.parameters;
+  bytes.optimizer_state = static_cast<int64_t>(optim::state_bytes(*optimizer_));
+  return bytes;
+}
+
 Stats ReplicatedStrategy::stats() const {
   // This rank's share, where the strategy shards it.
-  Stats stats = {{"memory/optimizer_state_mb",
-                  static_cast<double>(optim::state_bytes(*optimizer_)) / (1 << 20)}};
+  const MemoryBytes bytes = memory();
+  const auto mb = [](int64_t count) { return static_cast<double>(count) / (1 << 20); };
+  Stats stats = {{"memory/parameters_mb", mb(bytes.parameters)},
+                 {"memory/gradients_mb", mb(bytes.gradients)},
+                 {"memory/optimizer_state_mb", mb(bytes.optimizer_state)}};
   if (!last_.empty()) {
     for (Stat& stat : last_.stats()) stats.push_back(std::move(stat));
   }

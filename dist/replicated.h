@@ -34,6 +34,16 @@ class ReplicatedStrategy : public Strategy {
   std::vector<Span> last_step_spans() const override { return last_.spans(); }
 
  protected:
+  // Bytes this rank holds for the whole run, by kind: the stats' memory/parameters_mb,
+  // memory/gradients_mb and memory/optimizer_state_mb. By default the whole model, its
+  // gradients (the reducer's buckets, or autograd's without one) and the optimizer's state.
+  struct MemoryBytes {
+    int64_t parameters = 0;
+    int64_t gradients = 0;
+    int64_t optimizer_state = 0;
+  };
+  virtual MemoryBytes memory() const;
+
   // The first thing a subclass's attach() does: remembers the model and its trainable
   // parameters, and makes every rank start from rank 0's parameters and buffers.
   void hold(torch::nn::Module& model);

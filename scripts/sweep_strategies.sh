@@ -6,7 +6,8 @@
 #                                  server variant is ps[:OPTION+OPTION...], OPTION one of bsp,
 #                                  sspK (staleness K), async, dedicatedS (S server ranks beside
 #                                  the workers), messages or collectives (the transport):
-#                                  "ps ps:ssp2 ps:async ps:bsp+dedicated1 ps:bsp+messages"
+#                                  "ps ps:ssp2 ps:async ps:bsp+dedicated1 ps:bsp+messages";
+#                                  a ZeRO stage is zero:stageN ("zero:stage2")
 #     --steps N                    steps per run (default 200)
 #     --repeat N                   runs per point, to show the spread (default 3)
 #     --config FILE                the job (default configs/fashion_mnist.toml)
@@ -53,6 +54,7 @@ strategy_sets() {
       bsp | async) variant+=(--set dist.ps.consistency="$option") ;;
       messages | collectives) variant+=(--set dist.ps.transport="$option") ;;
       ssp[0-9]*) variant+=(--set dist.ps.consistency=ssp --set dist.ps.staleness="${option#ssp}") ;;
+      stage[0-9]*) variant+=(--set dist.zero.stage="${option#stage}") ;;
       dedicated[0-9]*)
         servers=${option#dedicated}
         variant+=(--set dist.ps.placement=dedicated --set dist.ps.servers="$servers") ;;

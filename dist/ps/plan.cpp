@@ -90,6 +90,20 @@ std::string PsPlan::describe(const std::vector<std::string>& names,
   return text;
 }
 
+void add_chunk(PsPlan& plan, int64_t bucket, int64_t offset, int64_t numel, int server,
+               const std::vector<int64_t>& numels) {
+  const BucketLayout& layout = plan.layout.at(bucket);
+  const int64_t chunk = static_cast<int64_t>(plan.chunks.size());
+  plan.chunks.push_back({bucket, offset, numel, server});
+  for (size_t i = 0; i < layout.params.size(); ++i) {
+    const int64_t begin = std::max(offset, layout.offsets[i]);
+    const int64_t end = std::min(offset + numel, layout.offsets[i] + numels[layout.params[i]]);
+    if (begin >= end) continue;
+    plan.pieces.push_back(
+        {layout.params[i], chunk, begin - layout.offsets[i], begin - offset, end - begin});
+  }
+}
+
 PsPlan make_ps_plan(const std::vector<int64_t>& numels, int servers, int64_t chunk_numel,
                     bool keep_tensors_whole) {
   DTRAIN_CHECK(servers >= 1 && chunk_numel >= 1, "ps plan: {} servers, chunks of {} elements",
@@ -105,15 +119,7 @@ PsPlan make_ps_plan(const std::vector<int64_t>& numels, int servers, int64_t chu
     int64_t offset = 0;
     for (int64_t k = 0; k < count; ++k) {
       const int64_t numel = bucket.numel / count + (k < bucket.numel % count ? 1 : 0);
-      const int64_t chunk = static_cast<int64_t>(plan.chunks.size());
-      plan.chunks.push_back({static_cast<int64_t>(b), offset, numel, 0});
-      for (size_t i = 0; i < bucket.params.size(); ++i) {
-        const int64_t begin = std::max(offset, bucket.offsets[i]);
-        const int64_t end = std::min(offset + numel, bucket.offsets[i] + numels[bucket.params[i]]);
-        if (begin >= end) continue;
-        plan.pieces.push_back(
-            {bucket.params[i], chunk, begin - bucket.offsets[i], begin - offset, end - begin});
-      }
+      add_chunk(plan, static_cast<int64_t>(b), offset, numel, 0, numels);
       offset += numel;
     }
   }

@@ -54,6 +54,11 @@ struct PsPlan {
 // strides (elements in memory order, as its gradient lies in a bucket), its values copied.
 void move_into_flat(torch::Tensor& param, const torch::Tensor& flat, int64_t offset);
 
+// Appends chunk [offset, offset + numel) of bucket `bucket` (in plan.layout), placed on
+// `server`, with its pieces. `numels`: the trainable parameters' element counts.
+void add_chunk(PsPlan& plan, int64_t bucket, int64_t offset, int64_t numel, int server,
+               const std::vector<int64_t>& numels);
+
 // `numels`: the trainable parameters' element counts, in registration order.
 PsPlan make_ps_plan(const std::vector<int64_t>& numels, int servers, int64_t chunk_numel,
                     bool keep_tensors_whole);

@@ -31,11 +31,11 @@ PsShard::PsShard(const PsPlan& plan, int index, const std::vector<torch::Tensor>
     const bool vector_like = params[piece.param].dim() <= 1;
     const std::vector<int64_t> shape =
         vector_like ? std::vector<int64_t>{piece.numel} : std::vector<int64_t>{piece.numel, 1};
-    torch::Tensor view = params_.narrow(0, at, piece.numel).view(shape);
-    view.mutable_grad() = grads_.narrow(0, at, piece.numel).view(shape);
-    pieces_.push_back(view);
+    pieces_.push_back(params_.narrow(0, at, piece.numel).view(shape));
     piece_of_.push_back(&piece);
+    piece_at_.push_back(at);
   }
+  bind_grads();
   set_params(params);
   optimizer_ = make_optimizer_(pieces_);
   install_norm_reducers();
@@ -53,6 +53,13 @@ torch::Tensor PsShard::chunk_grads(int64_t chunk) const {
   DTRAIN_CHECK(local_offset_.at(chunk) >= 0, "ps server {}: chunk {} is held elsewhere", index_,
                chunk);
   return grads_.narrow(0, local_offset_[chunk], plan_.chunks[chunk].numel);
+}
+
+void PsShard::bind_grads() {
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    pieces_[i].mutable_grad() =
+        grads_.narrow(0, piece_at_[i], pieces_[i].numel()).view(pieces_[i].sizes());
+  }
 }
 
 void PsShard::set_params(const std::vector<torch::Tensor>& params) {

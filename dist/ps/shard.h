@@ -46,6 +46,12 @@ class PsShard {
   torch::Tensor chunk_params(int64_t chunk) const;
   torch::Tensor chunk_grads(int64_t chunk) const;
 
+  // The pieces the optimizer steps (views of params()), each in its tensor's rank class.
+  const std::vector<torch::Tensor>& pieces() const { return pieces_; }
+  // Points each piece's gradient at its place in grads() again (after someone released them:
+  // a skipped step).
+  void bind_grads();
+
   // One optimizer step at `lr` with the gradients in grads().
   void step(double lr);
   int64_t version() const { return version_; }
@@ -72,6 +78,7 @@ class PsShard {
   torch::Tensor grads_;                // [numel]
   std::vector<torch::Tensor> pieces_;  // views of params_, gradients views of grads_
   std::vector<const PsPiece*> piece_of_;  // the plan's piece of each
+  std::vector<int64_t> piece_at_;         // each piece's offset in params_ and grads_
   int64_t tensors_ = 0;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   // Per group of pieces the optimizer reduces norms over: their tensors' indices on the

@@ -110,6 +110,13 @@ void ZeroStrategy::step(double lr) {
   end_step_record();
 }
 
+ReplicatedStrategy::MemoryBytes ZeroStrategy::memory() const {
+  MemoryBytes bytes = ReplicatedStrategy::memory();
+  bytes.parameters = static_cast<int64_t>(flat_params_.nbytes());
+  bytes.gradients += static_cast<int64_t>(shard_grads_.nbytes());
+  return bytes;
+}
+
 void ZeroStrategy::prepare_checkpoint() {
   std::ostringstream stream;
   torch::serialize::OutputArchive archive;

@@ -1,4 +1,4 @@
-// The `zero` strategy, ZeRO stage 1 (Rajbhandari et al. 2020, "P_os"): every rank holds the
+// The `zero` strategy at dist.zero.stage = 1, ZeRO stage 1 (Rajbhandari et al. 2020, "P_os"): every rank holds the
 // whole model and computes gradients on its own micro-batch, as in DDP, but keeps optimizer
 // state only for the parameters it owns (dist/zero/partition.h), so the state's memory is
 // divided by the number of ranks. A step:
@@ -9,7 +9,8 @@
 //      parameter buffer of the same layout;
 //   3. one all-gather of that buffer gives every rank every updated parameter.
 // The traffic is that of DDP's all-reduce (a reduce-scatter plus an all-gather). One bucket:
-// the reduce-scatter starts when backward ends, not during it. BatchNorm buffers are
+// the reduce-scatter starts when backward ends, not during it (stage 2, dist/zero/zero2.h,
+// reduce-scatters bucket by bucket during backward). BatchNorm buffers are
 // broadcast from rank 0 before every forward and evaluation (DDP's default policy).
 // Parameters without a gradient in a step count as zero gradients.
 #pragma once
@@ -27,7 +28,7 @@ namespace dtrain::dist {
 
 class ZeroStrategy : public ReplicatedStrategy, private CommHook {
  public:
-  // dist.zero's options are validated by the config; stage 1 is the only one.
+  // dist.zero's options are validated by the config; dist/factory.cpp picks the stage.
   explicit ZeroStrategy(std::shared_ptr<Communicator> comm);
 
   std::string name() const override { return "zero"; }
@@ -40,6 +41,10 @@ class ZeroStrategy : public ReplicatedStrategy, private CommHook {
   void load(const std::string& dir) override;
 
   const ZeroPartition& partition() const { return partition_; }
+
+ protected:
+  // The flat buffers: parameters and the one gradient bucket whole, plus this rank's shard.
+  MemoryBytes memory() const override;
 
  private:
   // CommHook: the one bucket is reduce-scattered into this rank's shard of averaged

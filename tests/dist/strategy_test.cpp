@@ -130,7 +130,7 @@ TEST_CASE("Every strategy owns its data group, metric reduction and model state"
   CHECK(torch::equal(net->norm->running_var, other->norm->running_var));
 }
 
-TEST_CASE("single reports its optimizer state and no communication",
+TEST_CASE("single reports its memory by kind and no communication",
           "[dist][strategy]") {
   std::shared_ptr<dtrain::dist::Communicator> comm =
       world()->split(world()->rank(), 0);  // a world of one per rank
@@ -139,6 +139,13 @@ TEST_CASE("single reports its optimizer state and no communication",
   strategy.attach(*net, factory(optimizer_options("adamw")));
   const Data data = make_data(1);
   train(net, strategy, data, 0, 1, 0.01, 1, 0);
-  CHECK(stat(strategy.stats(), "memory/optimizer_state_mb") > 0.0);
-  CHECK(strategy.stats().size() == 1);  // no communication
+  const dtrain::dist::Stats stats = strategy.stats();
+  CHECK(stat(stats, "memory/optimizer_state_mb") > 0.0);
+  // The whole model's parameters and, without a reducer, autograd's gradients of them.
+  int64_t model_bytes = 0;
+  for (const torch::Tensor& param : net->parameters()) model_bytes += param.numel() * 8;
+  const double model_mb = static_cast<double>(model_bytes) / (1 << 20);
+  CHECK(stat(stats, "memory/parameters_mb") == model_mb);
+  CHECK(stat(stats, "memory/gradients_mb") == model_mb);
+  CHECK(stats.size() == 3);  // no communication
 }

@@ -215,6 +215,24 @@ overlap = false
   CHECK(warnings_of(resolved).empty());
 }
 
+TEST_CASE("dist.zero.stage: 1 and 2 load, any other is one line naming what is built",
+          "[config]") {
+  CHECK(problems_of("", {"dist.strategy=zero", "dist.zero.stage=2"}).empty());
+  CHECK(problems_of("", {"dist.strategy=zero", "dist.zero.stage=3"}) ==
+        std::vector<std::string>{"--set dist.zero.stage: ZeRO stage 3 is not available: this "
+                                 "version has stages 1 (sharded optimizer state) and 2 "
+                                 "(sharded gradients too)"});
+  for (const std::string stage : {"0", "4"}) {
+    CHECK(problems_of("", {"dist.strategy=zero", "dist.zero.stage=" + stage}) ==
+          std::vector<std::string>{"--set dist.zero.stage: " + stage + " is outside [1, 3]"});
+  }
+  CHECK(warnings_of("", {"dist.strategy=zero", "dist.zero.bucket_mb=4"}) ==
+        std::vector<std::string>{"--set dist.zero.bucket_mb: has no effect under "
+                                 "dist.zero.stage = 1"});
+  CHECK(warnings_of("", {"dist.strategy=zero", "dist.zero.stage=2", "dist.zero.bucket_mb=4"})
+            .empty());
+}
+
 TEST_CASE("autocast precisions are rejected on a CPU run", "[config]") {
   const std::vector<std::string> problems =
       problems_of("", {"run.device=cpu", "train.precision=bf16"});

@@ -1,0 +1,166 @@
+#include "dist/zero/zero2.h"
+
+#include "common/error.h"
+#include "common/log.h"
+#include "dist/buckets.h"
+#include "dist/comm/gather.h"
+#include "dist/optimizer_state.h"
+#include "dist/ps/whole_state.h"
+#include "dist/zero/bucket_shards.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <numeric>
+
+namespace dtrain::dist {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// Two buffers: one bucket fills while the one before it is on the wire.
+constexpr int64_t kGradientBuffers = 2;
+
+torch::Tensor bytes_tensor(const std::string& bytes) {
+  torch::Tensor tensor = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+  std::memcpy(tensor.data_ptr(), bytes.data(), bytes.size());
+  return tensor;
+}
+
+}  // namespace
+
+Zero2Strategy::Zero2Strategy(ZeroOptions options, std::shared_ptr<Communicator> comm)
+    : ReplicatedStrategy(std::move(comm)), options_(std::move(options)) {
+  if (!comm_->device().is_cpu()) {
+    throw UserError(
+        "dist.strategy = \"zero\" runs on CPU ranks only in this version: its NCCL path has not "
+        "been validated on GPUs yet; use dist.strategy = \"ddp\" on GPUs");
+  }
+}
+
+Zero2Strategy::~Zero2Strategy() = default;
+
+void Zero2Strategy::attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) {
+  hold(model);
+  require_one_dtype(params_, names_, "zero");
+  make_optimizer_ = make_optimizer;
+  buffer_sync_ = std::make_unique<BufferSync>(buffers_, comm_, BufferPolicy::kBroadcast);
+
+  // Backward produces gradients roughly in reverse order of registration.
+  std::vector<int64_t> order(params_.size()), numels;
+  std::iota(order.rbegin(), order.rend(), 0);
+  for (const torch::Tensor& param : params_) numels.push_back(param.numel());
+  const auto cap = static_cast<int64_t>(options_.bucket_mb * kMiB);
+  plan_ = rank_aligned_plan(packed_layout(plan_buckets(order, params_, cap, cap), params_), numels,
+                            comm_->size());
+  shard_ = std::make_unique<PsShard>(
+      plan_, comm_->rank(), params_, params_.front().device(), make_optimizer,
+      [comm = comm_](torch::Tensor values) {
+        if (comm->size() == 1) return values;
+        values = values.contiguous();
+        comm->all_reduce(values, ReduceOp::kSum)->wait();
+        return values;
+      },
+      /*whole_tensors=*/false);
+
+  const auto options = params_.front().options().requires_grad(false);
+  {
+    torch::NoGradGuard no_grad;
+    for (const BucketLayout& bucket : plan_.layout) {
+      torch::Tensor flat = torch::zeros({bucket.numel}, options);
+      for (size_t i = 0; i < bucket.params.size(); ++i) {
+        move_into_flat(params_[bucket.params[i]], flat, bucket.offsets[i]);
+      }
+      param_flat_.push_back(flat);
+    }
+  }
+  ReducerOptions reducer;
+  reducer.owner = "zero";
+  reducer.find_unused = true;  // a parameter without gradient counts as a zero gradient
+  reducer.shared_buffers = kGradientBuffers;
+  reducer_ = std::make_unique<GradientReducer>(params_, names_, comm_,
+                                               static_cast<CommHook&>(*this), reducer,
+                                               plan_.layout);
+  if (comm_->rank() == 0) {
+    const int64_t element_size = static_cast<int64_t>(params_.front().element_size());
+    log::info("zero stage 2: {} gradient buckets, each cut into {} shards; each rank updates "
+              "{:.3f} of the {:.3f} MiB of parameters",
+              plan_.layout.size(), comm_->size(),
+              static_cast<double>(shard_->numel() * element_size) / kMiB,
+              static_cast<double>(std::accumulate(numels.begin(), numels.end(), int64_t{0}) *
+                                  element_size) / kMiB);
+  }
+}
+
+std::unique_ptr<Work> Zero2Strategy::launch(Bucket& bucket) {
+  DTRAIN_CHECK(bucket.layout == plan_.layout.at(bucket.index),
+               "zero: bucket {} is not the plan's", bucket.index);
+  const int64_t chunk = plan_.first_chunk[bucket.index] + comm_->rank();
+  return comm_->reduce_scatter(bucket.flat, shard_->chunk_grads(chunk), ReduceOp::kAverage);
+}
+
+void Zero2Strategy::after_backward(bool last_micro_step) {
+  ReplicatedStrategy::after_backward(last_micro_step);
+  if (last_micro_step) shard_->bind_grads();  // a skipped step may have released them
+}
+
+void Zero2Strategy::step(double lr) {
+  shard_->step(lr);
+  reducer_->after_step();
+  torch::NoGradGuard no_grad;
+  std::vector<std::unique_ptr<Work>> works;
+  for (size_t b = 0; b < param_flat_.size(); ++b) {
+    const int64_t chunk = plan_.first_chunk[b] + comm_->rank();
+    works.push_back(comm_->all_gather(shard_->chunk_params(chunk), param_flat_[b]));
+  }
+  for (size_t b = 0; b < works.size(); ++b) {
+    works[b]->wait();
+    current_.add(Collective::kAllGather, Traffic::kParameters,
+                 param_flat_[b].numel() * static_cast<int64_t>(param_flat_[b].element_size()),
+                 std::move(works[b]));
+  }
+  end_step_record();
+}
+
+void Zero2Strategy::load_model_state(const NamedTensors& state) {
+  ReplicatedStrategy::load_model_state(state);
+  shard_->set_params(params_);
+}
+
+void Zero2Strategy::prepare_checkpoint() {
+  const torch::Tensor mine = ps::encode(shard_->state());
+  std::vector<std::string> all = all_gather_bytes(
+      *comm_, std::string(static_cast<const char*>(mine.data_ptr()),
+                          static_cast<size_t>(mine.numel())));
+  gathered_.clear();
+  if (comm_->rank() != 0) return;  // only rank 0 writes
+  for (const std::string& bytes : all) gathered_.push_back(ps::decode(bytes_tensor(bytes), {}));
+}
+
+void Zero2Strategy::save(const std::string& dir) const {
+  DTRAIN_CHECK(static_cast<int>(gathered_.size()) == comm_->size(),
+               "zero: save() without prepare_checkpoint() on every rank");
+  save_optimizer(*whole_optimizer(plan_, params_, make_optimizer_, gathered_), dir);
+}
+
+void Zero2Strategy::load(const std::string& dir) {
+  // Every rank reads the whole state (any strategy's layout) and keeps its pieces.
+  std::unique_ptr<torch::optim::Optimizer> whole = make_optimizer_(params_);
+  load_optimizer_state(dir, params_, 0, static_cast<int64_t>(params_.size()), make_optimizer_,
+                       *whole);
+  shard_->load_state(server_state(plan_, comm_->rank(), params_, whole.get()));
+  shard_->set_params(params_);
+}
+
+ReplicatedStrategy::MemoryBytes Zero2Strategy::memory() const {
+  const int64_t element_size = static_cast<int64_t>(params_.front().element_size());
+  MemoryBytes bytes;
+  for (const torch::Tensor& flat : param_flat_) bytes.parameters += flat.numel() * element_size;
+  bytes.parameters += shard_->numel() * element_size;  // the optimizer's copy of the shard
+  bytes.gradients = shard_->numel() * element_size + reducer_->buffer_bytes();
+  bytes.optimizer_state = static_cast<int64_t>(shard_->optimizer_state_mb() * (1 << 20));
+  return bytes;
+}
+
+}  // namespace dtrain::dist
