@@ -121,25 +121,9 @@ void PsCollectiveStrategy::attach(torch::nn::Module& model, const OptimizerFacto
   }
   shard_ = std::make_unique<PsShard>(
       plan_, comm_->rank(), params_, params_.front().device(), make_optimizer,
-      [comm = comm_](torch::Tensor values) {
-        if (comm->size() == 1) return values;
-        values = values.contiguous();
-        comm->all_reduce(values, ReduceOp::kSum)->wait();
-        return values;
-      },
-      /*whole_tensors=*/false);
+      PsShard::sum_over(comm_), /*whole_tensors=*/false);
 
-  const auto options = params_.front().options().requires_grad(false);
-  {
-    torch::NoGradGuard no_grad;
-    for (const BucketLayout& bucket : plan_.layout) {
-      torch::Tensor flat = torch::zeros({bucket.numel}, options);
-      for (size_t i = 0; i < bucket.params.size(); ++i) {
-        move_into_flat(params_[bucket.params[i]], flat, bucket.offsets[i]);
-      }
-      param_flat_.push_back(flat);
-    }
-  }
+  param_flat_ = move_into_buckets(params_, plan_.layout);
   ReducerOptions reducer;
   reducer.owner = "ps";
   reducer.find_unused = true;  // a parameter without gradient pushes zeros
@@ -150,7 +134,7 @@ void PsCollectiveStrategy::attach(torch::nn::Module& model, const OptimizerFacto
     std::vector<Slot> made(static_cast<size_t>(count));
     for (Slot& slot : made) {
       for (const BucketLayout& bucket : plan_.layout) {
-        slot.flat.push_back(torch::zeros({bucket.numel}, options));
+        slot.flat.push_back(torch::zeros({bucket.numel}, param_flat_.front().options()));
       }
     }
     return made;

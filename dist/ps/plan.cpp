@@ -151,4 +151,19 @@ void move_into_flat(torch::Tensor& param, const torch::Tensor& flat, int64_t off
   param.set_(flat.storage(), flat.storage_offset() + offset, param.sizes(), param.strides());
 }
 
+std::vector<torch::Tensor> move_into_buckets(std::vector<torch::Tensor>& params,
+                                             const Layout& layout) {
+  torch::NoGradGuard no_grad;
+  const auto options = params.front().options().requires_grad(false);
+  std::vector<torch::Tensor> flats;
+  for (const BucketLayout& bucket : layout) {
+    torch::Tensor flat = torch::zeros({bucket.numel}, options);
+    for (size_t i = 0; i < bucket.params.size(); ++i) {
+      move_into_flat(params[bucket.params[i]], flat, bucket.offsets[i]);
+    }
+    flats.push_back(flat);
+  }
+  return flats;
+}
+
 }  // namespace dtrain::dist

@@ -53,6 +53,10 @@ struct PsPlan {
 // Points `param` (the module's own tensor) at `flat`'s storage from `offset`, keeping its
 // strides (elements in memory order, as its gradient lies in a bucket), its values copied.
 void move_into_flat(torch::Tensor& param, const torch::Tensor& flat, int64_t offset);
+// One flat tensor per bucket of `layout`, into which every parameter of the bucket is moved
+// (move_into_flat): the parameters laid out as their gradients are.
+std::vector<torch::Tensor> move_into_buckets(std::vector<torch::Tensor>& params,
+                                             const Layout& layout);
 
 // Appends chunk [offset, offset + numel) of bucket `bucket` (in plan.layout), placed on
 // `server`, with its pieces. `numels`: the trainable parameters' element counts.

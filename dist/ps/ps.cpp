@@ -233,19 +233,13 @@ void PsStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_o
   expected_.assign(chunks, 0);
   read_version_.assign(chunks, 0);
   bucket_of_first_param_.assign(params_.size(), -1);
-  {
-    torch::NoGradGuard no_grad;
-    for (size_t b = 0; b < plan_.layout.size(); ++b) {
-      const BucketLayout& bucket = plan_.layout[b];
-      torch::Tensor flat = torch::zeros({bucket.numel}, params_.front().options().requires_grad(false));
-      for (size_t i = 0; i < bucket.params.size(); ++i) {
-        move_into_flat(params_[bucket.params[i]], flat, bucket.offsets[i]);
-      }
-      bucket_of_first_param_[bucket.params.front()] = static_cast<int64_t>(b);
-      param_flat_.push_back(flat);
-      if (hierarchy_) {
-        node_grads_.push_back(torch::empty({bucket.numel}, flat.options().device(torch::kCPU)));
-      }
+  param_flat_ = move_into_buckets(params_, plan_.layout);
+  for (size_t b = 0; b < plan_.layout.size(); ++b) {
+    const BucketLayout& bucket = plan_.layout[b];
+    bucket_of_first_param_[bucket.params.front()] = static_cast<int64_t>(b);
+    if (hierarchy_) {
+      node_grads_.push_back(
+          torch::empty({bucket.numel}, param_flat_[b].options().device(torch::kCPU)));
     }
   }
   ReducerOptions reducer;

@@ -23,7 +23,7 @@ PsServer::PsServer(PsServerSetup setup, const std::vector<torch::Tensor>& params
                    std::vector<std::string> names, const OptimizerFactory& make_optimizer)
     : s_(std::move(setup)), names_(std::move(names)),
       shard_(*s_.plan, s_.index, params, torch::kCPU, make_optimizer,
-             [this](torch::Tensor values) { return sum_over_servers(std::move(values)); },
+             PsShard::sum_over(s_.servers),
              s_.consistency == Consistency::kAsync),
       last_arrival_(Clock::now()) {
   const size_t workers = s_.worker_ranks.size();
@@ -42,13 +42,6 @@ PsServer::PsServer(PsServerSetup setup, const std::vector<torch::Tensor>& params
 PsServer::~PsServer() {
   // Never to complete, and destroying a Work waits for it.
   for (std::unique_ptr<Work>& work : abandoned_) (void)work.release();
-}
-
-torch::Tensor PsServer::sum_over_servers(torch::Tensor values) const {
-  if (s_.servers->size() == 1) return values;
-  values = values.contiguous();
-  s_.servers->all_reduce(values, ReduceOp::kSum)->wait();
-  return values;
 }
 
 size_t PsServer::worker_of(int rank) const {

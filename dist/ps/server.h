@@ -118,8 +118,6 @@ class PsServer {
   // Something has arrived that waits for more (a step's pushes from some workers only), or
   // a message is on its way.
   bool owed() const;
-  // Sums over the servers: the pieces' partial norms (bsp, ssp).
-  torch::Tensor sum_over_servers(torch::Tensor values) const;
   torch::Tensor buffer_for(int64_t local);  // a push buffer of local chunk `local`
   size_t worker_of(int rank) const;
 

@@ -9,6 +9,15 @@
 
 namespace dtrain::dist {
 
+PsShard::ServerSum PsShard::sum_over(std::shared_ptr<Communicator> comm) {
+  return [comm = std::move(comm)](torch::Tensor values) {
+    if (comm->size() == 1) return values;
+    values = values.contiguous();
+    comm->all_reduce(values, ReduceOp::kSum)->wait();
+    return values;
+  };
+}
+
 PsShard::PsShard(const PsPlan& plan, int index, const std::vector<torch::Tensor>& params,
                  torch::Device device, const OptimizerFactory& make_optimizer,
                  ServerSum sum_over_servers, bool whole_tensors)

@@ -27,6 +27,8 @@ class PsShard {
  public:
   // Sums a tensor on the shard's device over every server holding pieces of the same tensors.
   using ServerSum = std::function<torch::Tensor(torch::Tensor)>;
+  // The sum over the ranks of `comm` (blocking), which are the servers.
+  static ServerSum sum_over(std::shared_ptr<Communicator> comm);
 
   // `params`: the model's trainable parameters, whose values the chunks start from. With
   // `whole_tensors` (async: every tensor on one server) no sum is needed, and LAMB's global

@@ -56,25 +56,9 @@ void Zero2Strategy::attach(torch::nn::Module& model, const OptimizerFactory& mak
                             comm_->size());
   shard_ = std::make_unique<PsShard>(
       plan_, comm_->rank(), params_, params_.front().device(), make_optimizer,
-      [comm = comm_](torch::Tensor values) {
-        if (comm->size() == 1) return values;
-        values = values.contiguous();
-        comm->all_reduce(values, ReduceOp::kSum)->wait();
-        return values;
-      },
-      /*whole_tensors=*/false);
+      PsShard::sum_over(comm_), /*whole_tensors=*/false);
 
-  const auto options = params_.front().options().requires_grad(false);
-  {
-    torch::NoGradGuard no_grad;
-    for (const BucketLayout& bucket : plan_.layout) {
-      torch::Tensor flat = torch::zeros({bucket.numel}, options);
-      for (size_t i = 0; i < bucket.params.size(); ++i) {
-        move_into_flat(params_[bucket.params[i]], flat, bucket.offsets[i]);
-      }
-      param_flat_.push_back(flat);
-    }
-  }
+  param_flat_ = move_into_buckets(params_, plan_.layout);
   ReducerOptions reducer;
   reducer.owner = "zero";
   reducer.find_unused = true;  // a parameter without gradient counts as a zero gradient
