@@ -48,8 +48,6 @@ class MpiCommunicator : public Communicator {
     if (comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
   }
 
-  MPI_Comm handle() const { return comm_; }
-  double timeout_s() const { return timeout_s_; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
@@ -375,20 +373,6 @@ std::string mpi_library_version() {
 std::unique_ptr<Communicator> make_mpi_world(double timeout_s) {
   init_world();
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, timeout_s);
-}
-
-std::unique_ptr<Communicator> mpi_subgroup(Communicator& parent, const std::vector<int>& ranks,
-                                           int tag) {
-  const auto* mpi = dynamic_cast<const MpiCommunicator*>(&parent);
-  DTRAIN_CHECK(mpi != nullptr, "mpi_subgroup of a {} communicator", parent.backend());
-  MPI_Group all = MPI_GROUP_NULL, some = MPI_GROUP_NULL;
-  DTRAIN_MPI_CHECK(MPI_Comm_group(mpi->handle(), &all));
-  DTRAIN_MPI_CHECK(MPI_Group_incl(all, static_cast<int>(ranks.size()), ranks.data(), &some));
-  MPI_Comm sub = MPI_COMM_NULL;
-  DTRAIN_MPI_CHECK(MPI_Comm_create_group(mpi->handle(), some, tag, &sub));
-  MPI_Group_free(&some);
-  MPI_Group_free(&all);
-  return std::make_unique<MpiCommunicator>(sub, mpi->timeout_s());
 }
 
 std::unique_ptr<Communicator> make_mpi_node(double timeout_s) {

@@ -54,11 +54,6 @@ std::string mpi_library_version();
 
 // The world's communicator, each wait bounded by `timeout_s` seconds.
 std::unique_ptr<Communicator> make_mpi_world(double timeout_s);
-// A communicator of `ranks` (ranks of `parent`, ascending; this rank among them) built by them
-// alone (MPI_Comm_create_group): ranks that have died need not join, as they must for a split.
-// `parent` is an MPI communicator; `tag` tells apart creations on it that may overlap.
-std::unique_ptr<Communicator> mpi_subgroup(Communicator& parent, const std::vector<int>& ranks,
-                                           int tag);
 // The ranks of this rank's node (WorldInfo::node), in world order. Collective over the world.
 std::unique_ptr<Communicator> make_mpi_node(double timeout_s);
 

@@ -1,13 +1,14 @@
 // Which workers still train, under dist.ps.tolerate_worker_loss (async, dedicated servers).
 //
 // Open MPI 4.1 has no fault-tolerant MPI (ULFM): a collective with a dead member never
-// completes, and no communicator can be split once a rank is gone. So the workers never meet
-// in a collective unannounced. Before each collective among them, every worker calls the roll
-// on server 0 (ps::Command::kRollCall), which answers once every worker still counted has
-// called: with the list of those. A worker that has sent server 0 nothing for dist.timeout_s
-// while others wait at a roll call is lost: dropped from the list, and the others build their
-// next communicator from the survivors alone (MPI_Comm_create_group needs only its members).
-// Async servers need no worker to wait for another, so the rest train on.
+// completes, and its survivors cannot agree on whether it did for them. So under
+// dist.ps.tolerate_worker_loss the workers meet in no collective of their own: each sum over
+// them (metrics, barriers, BatchNorm averaging) is a roll call on server 0, carrying the
+// worker's part. Server 0 answers once every worker still counted has called, with the list
+// of those and the sum of their parts, the same answer for all. A worker that has sent server
+// 0 nothing for dist.timeout_s while others wait at a roll call is lost: dropped from the
+// list and from the sum. Async servers need no worker to wait for another, so the rest train
+// on.
 //
 // This class is server 0's bookkeeping, apart from the messages: it only counts and decides.
 #pragma once

@@ -7,8 +7,10 @@
 //   server -> worker  params_tag(c)  chunk c's parameters after `version` updates,
 //                                    [header + numel] (write_version below)
 //   both ways         kStateTag      bytes: optimizer state for checkpoints and resumes
-//   server 0 -> worker  kMembershipTag  int64 [workers]: 1 for each worker still training,
-//                                       the answer to a roll call (dist/ps/live_workers.h)
+//   worker -> server 0  kMembershipTag  float64 [n]: a roll call, carrying this worker's
+//                                       part of a sum over the workers (dist/ps/live_workers.h)
+//   server 0 -> worker  kMembershipTag  float64 [workers + n]: the answer: 1 for each worker
+//                                       still training, then the sum of their parts
 //   server 0 -> server  kMembershipTag  a Control kWorkerLost: drop that worker
 #pragma once
 
@@ -35,10 +37,7 @@ enum class Command : int64_t {
   kSendState = 3,  // send me your optimizer state (kStateTag)
   kLoadState = 4,  // your parameters and optimizer state follow (kStateTag); acknowledge
   kDone = 5,       // this worker has finished
-  // With dist.ps.tolerate_worker_loss, to server 0: this worker has reached its next
-  // collective with the other workers; answer with who still trains (kMembershipTag).
-  kRollCall = 6,
-  kWorkerLost = 7,  // server 0 to the other servers: worker `clock` is gone
+  kWorkerLost = 6,  // server 0 to the other servers: worker `clock` is gone
 };
 
 struct Control {

@@ -125,7 +125,6 @@ PsStrategy::PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, d
   requests_ = mpi_world->dup();
   replies_ = mpi_world->dup();
   workers_comm_ = mpi_world->split(is_worker_ ? 0 : 1, rank);
-  all_workers_comm_ = workers_comm_;
   for (int w = 0; w < num_workers_; ++w) live_workers_.push_back(w);
   if (options_.hierarchical) {
     if (consistency_ == Consistency::kAsync) {
@@ -300,28 +299,34 @@ void PsStrategy::wait_polling(Work& work, const std::string& what) {
 void PsStrategy::reduce_metrics(torch::Tensor values, ReduceOp op) {
   if (num_workers_ == 1) return;
   torch::Tensor host = values.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous();
-  Communicator& comm = workers();
-  std::unique_ptr<Work> work = comm.all_reduce(host, ReduceOp::kSum);
-  wait_workers(*work, "reducing metrics: a worker did not join");
-  if (op == ReduceOp::kAverage) host.div_(comm.size());
+  const int summed = sum_over_workers(host, "reducing metrics: a worker did not join");
+  if (op == ReduceOp::kAverage) host.div_(summed);
   values.copy_(host);
 }
 
-Communicator& PsStrategy::workers() {
-  if (!options_.tolerate_worker_loss) return *workers_comm_;
-  send_control(0, static_cast<int64_t>(ps::Command::kRollCall));
+int PsStrategy::sum_over_workers(torch::Tensor host, const std::string& what) {
+  if (!options_.tolerate_worker_loss) {
+    std::unique_ptr<Work> work = workers_comm_->all_reduce(host, ReduceOp::kSum);
+    wait_workers(*work, what);
+    return workers_comm_->size();
+  }
+  // A collective that a worker dies in never completes (no ULFM), and its survivors cannot
+  // agree on whether it did: the sum goes through server 0 with the roll call instead, and
+  // its answer (who trains on, and their sum) is one and the same for every survivor.
+  torch::Tensor part = host.to(torch::kFloat64).flatten().contiguous();
+  std::unique_ptr<Work> sent = requests_->send(part, server_rank(0), ps::kMembershipTag);
   std::optional<Envelope> envelope;
   // Server 0 answers within dist.timeout_s of the last word of a lost worker, which may
   // come just before this call: twice the timeout.
   wait_until(
       [&] { return (envelope = replies_->iprobe(server_rank(0), ps::kMembershipTag)).has_value(); },
-      [] { return std::string("waited for server 0 to answer the roll call"); },
-      2 * timeout_s_);
-  torch::Tensor mask = torch::empty({num_workers_}, torch::kInt64);
-  wait_polling(*replies_->recv_probed(*envelope, mask), "receiving the roll call's answer");
+      [&what] { return what + " (server 0 did not answer the roll call)"; }, 2 * timeout_s_);
+  torch::Tensor answer = torch::empty({num_workers_ + part.numel()}, torch::kFloat64);
+  wait_polling(*replies_->recv_probed(*envelope, answer), "receiving the roll call's answer");
+  wait_polling(*sent, "calling the roll");
   std::vector<int> live;
   for (int w = 0; w < num_workers_; ++w) {
-    if (mask[w].item<int64_t>() != 0) live.push_back(w);
+    if (answer[w].item<double>() != 0.0) live.push_back(w);
   }
   if (std::find(live.begin(), live.end(), worker_index_) == live.end()) {
     // Alive but too late: the servers have dropped this worker and the others went on.
@@ -330,23 +335,19 @@ Communicator& PsStrategy::workers() {
                error_rank(), timeout_s_);
     std::_Exit(3);
   }
-  if (live != live_workers_) {
-    if (worker_index_ == live.front()) {
-      std::string lost;
-      for (const int w : live_workers_) {
-        if (std::find(live.begin(), live.end(), w) != live.end()) continue;
-        lost += fmt::format("{}{}", lost.empty() ? "" : ", ", w);
-      }
-      log::warn("ps: worker rank(s) {} lost; {} of {} workers train on (their shards of the "
-                "training and test data are no longer seen)",
-                lost, live.size(), num_workers_);
+  if (live != live_workers_ && worker_index_ == live.front()) {
+    std::string lost;
+    for (const int w : live_workers_) {
+      if (std::find(live.begin(), live.end(), w) != live.end()) continue;
+      lost += fmt::format("{}{}", lost.empty() ? "" : ", ", w);
     }
-    former_workers_comms_.push_back(workers_comm_);
-    workers_comm_ = mpi_subgroup(*all_workers_comm_, live, static_cast<int>(
-                                     former_workers_comms_.size()));
-    live_workers_ = live;
+    log::warn("ps: worker rank(s) {} lost; {} of {} workers train on (their shards of the "
+              "training and test data are no longer seen)",
+              lost, live.size(), num_workers_);
   }
-  return *workers_comm_;
+  live_workers_ = live;
+  host.copy_(answer.narrow(0, num_workers_, part.numel()).view(host.sizes()));
+  return static_cast<int>(live.size());
 }
 
 std::unique_ptr<Work> PsStrategy::launch(Bucket& bucket) {
@@ -524,8 +525,7 @@ void PsStrategy::step(double lr) {
 void PsStrategy::barrier_polling() {
   if (num_workers_ == 1) return;
   torch::Tensor token = torch::zeros({1}, torch::kFloat32);
-  std::unique_ptr<Work> work = workers().all_reduce(token, ReduceOp::kSum);
-  wait_workers(*work, "at a barrier of the workers: a worker did not join");
+  sum_over_workers(token, "at a barrier of the workers: a worker did not join");
 }
 
 void PsStrategy::sync_point() {
@@ -568,13 +568,12 @@ void PsStrategy::share_params() {
 void PsStrategy::average_buffers() {
   if (num_workers_ == 1) return;
   torch::NoGradGuard no_grad;
-  Communicator& comm = workers();
   for (torch::Tensor& buffer : buffers_) {
     if (!buffer.is_floating_point()) continue;  // BatchNorm's step count: the same everywhere
     torch::Tensor host = buffer.to(torch::kCPU, false, true).contiguous();
-    std::unique_ptr<Work> work = comm.all_reduce(host, ReduceOp::kSum);
-    wait_workers(*work, "averaging BatchNorm statistics: a worker did not join");
-    buffer.copy_(host.div_(comm.size()));
+    const int summed =
+        sum_over_workers(host, "averaging BatchNorm statistics: a worker did not join");
+    buffer.copy_(host.div_(summed));
   }
 }
 
@@ -601,9 +600,9 @@ void PsStrategy::load(const std::string& dir) {
 
 void PsStrategy::commit_load() {
   if (num_workers_ > 1) {
+    // Rank 0's word, as a sum of which the other workers' parts are 0.
     torch::Tensor pending = torch::tensor({load_pending_ && worker_index_ == 0 ? 1.0f : 0.0f});
-    std::unique_ptr<Work> work = workers().broadcast(pending, 0);
-    wait_polling(*work, "agreeing on a resume: rank 0 did not join");
+    sum_over_workers(pending, "agreeing on a resume: a worker did not join");
     load_pending_ = pending.item<float>() > 0;
   }
   if (!load_pending_) return;

@@ -148,9 +148,9 @@ class PsStrategy : public Strategy, private CommHook {
   void apply_params(int64_t chunk);
   void apply_all_params();
   void send_control(int server, int64_t command, double value = 0.0);
-  // The workers' communicator for their next collective; with tolerate_worker_loss, after
-  // the roll call, of the workers still training.
-  Communicator& workers();
+  // Sums `host` (on the CPU) over the workers, in place; returns how many were summed. With
+  // tolerate_worker_loss, through the roll call on server 0: those still training.
+  int sum_over_workers(torch::Tensor host, const std::string& what);
   void sync_point();
   void barrier_polling();
   void average_buffers();
@@ -170,11 +170,6 @@ class PsStrategy : public Strategy, private CommHook {
   std::shared_ptr<Communicator> requests_;      // MPI, every rank: workers to servers
   std::shared_ptr<Communicator> replies_;       // MPI, every rank: servers to workers
   std::shared_ptr<Communicator> workers_comm_;  // MPI, the workers: metrics, barriers
-  // With tolerate_worker_loss: every worker's communicator, of which workers_comm_ is the
-  // survivors' after a loss, and those replaced (kept: freeing one with a dead member is
-  // not safe).
-  std::shared_ptr<Communicator> all_workers_comm_;
-  std::vector<std::shared_ptr<Communicator>> former_workers_comms_;
   std::vector<int> live_workers_;  // worker indices still training
   std::shared_ptr<Communicator> data_comm_;     // the workers on their device: SyncBatchNorm
   std::unique_ptr<PsHierarchy> hierarchy_;      // with dist.ps.hierarchical

@@ -36,6 +36,7 @@ PsServer::PsServer(PsServerSetup setup, const std::vector<torch::Tensor>& params
   heard_.assign(workers, Clock::now());
   if (s_.tolerate_worker_loss && s_.index == 0) {
     roll_.emplace(static_cast<int>(workers), s_.timeout_s, Clock::now());
+    roll_parts_.assign(workers, torch::Tensor());
   }
 }
 
@@ -66,7 +67,9 @@ torch::Tensor PsServer::buffer_for(int64_t local) {
 void PsServer::take_arrivals() {
   while (std::optional<Envelope> envelope = s_.requests->iprobe(kAnySource, kAnyTag)) {
     last_arrival_ = Clock::now();
-    if (envelope->tag == ps::kMembershipTag) {  // server 0: a worker is lost
+    const bool from_worker = std::find(s_.worker_ranks.begin(), s_.worker_ranks.end(),
+                                       envelope->source) != s_.worker_ranks.end();
+    if (envelope->tag == ps::kMembershipTag && !from_worker) {  // server 0: a worker is lost
       torch::Tensor message = torch::empty({3}, torch::kFloat64);
       s_.requests->recv_probed(*envelope, message)->wait();
       drop_worker(static_cast<size_t>(ps::Control::decode(message).clock));
@@ -78,6 +81,17 @@ void PsServer::take_arrivals() {
     if (lost_[worker]) {  // alive after all, but too late: its messages are dropped unread
       torch::Tensor discarded = torch::empty({envelope->bytes}, torch::kUInt8);
       s_.requests->recv_probed(*envelope, discarded)->wait();
+      if (roll_ && envelope->tag == ps::kMembershipTag) {  // its roll call: tell it it is out
+        send(roll_answer(torch::zeros({envelope->bytes / 8}, torch::kFloat64)), envelope->source,
+             ps::kMembershipTag);
+      }
+      continue;
+    }
+    if (envelope->tag == ps::kMembershipTag) {
+      DTRAIN_CHECK(roll_.has_value(), "ps server {}: a roll call from worker {}, but only server "
+                   "0 keeps the roll, with dist.ps.tolerate_worker_loss", s_.index, worker);
+      torch::Tensor part = torch::empty({envelope->bytes / 8}, torch::kFloat64);
+      receiving_.push_back({worker, kRollCall, s_.requests->recv_probed(*envelope, part), part});
       continue;
     }
     if (envelope->tag == ps::kControlTag) {
@@ -107,7 +121,12 @@ void PsServer::take_arrivals() {
       ++i;
       continue;
     }
-    pushed_[in.worker][in.local].push_back(std::move(in.buffer));
+    if (in.local == kRollCall) {
+      roll_->called(in.worker, Clock::now());
+      roll_parts_[in.worker] = std::move(in.buffer);
+    } else {
+      pushed_[in.worker][in.local].push_back(std::move(in.buffer));
+    }
     receiving_.erase(receiving_.begin() + static_cast<int64_t>(i));
   }
 }
@@ -120,11 +139,6 @@ void PsServer::handle_control(size_t worker, const torch::Tensor& message) {
     case ps::Command::kSendState: send_state(worker); break;
     case ps::Command::kLoadState: load_state(worker); break;
     case ps::Command::kDone: worker_done_[worker] = true; break;
-    case ps::Command::kRollCall:
-      DTRAIN_CHECK(roll_.has_value(), "ps server {}: a roll call from worker {}, but only server "
-                   "0 keeps the roll, with dist.ps.tolerate_worker_loss", s_.index, worker);
-      roll_->called(worker, Clock::now());
-      break;
     default:
       DTRAIN_CHECK(false, "ps server {}: unknown command {} from worker {}", s_.index,
                    static_cast<int64_t>(control.command), worker);
@@ -260,15 +274,36 @@ void PsServer::keep_roll() {
     drop_worker(w);
   }
   if (!roll_->answer()) return;
-  const std::vector<int64_t> live = roll_->mask();
-  for (size_t w = 0; w < live.size(); ++w) {
-    if (live[w]) send(torch::tensor(live, torch::kInt64), s_.worker_ranks[w], ps::kMembershipTag);
+  // Every worker still counted has called (LiveWorkers::answer), and only those have parts:
+  // summed in worker order, the same whoever called first.
+  torch::Tensor sum;
+  for (size_t w = 0; w < roll_parts_.size(); ++w) {
+    torch::Tensor part = std::move(roll_parts_[w]);
+    roll_parts_[w] = torch::Tensor();
+    if (roll_->lost(w)) continue;
+    if (!sum.defined()) {
+      sum = std::move(part);
+      continue;
+    }
+    DTRAIN_CHECK(part.numel() == sum.numel(), "ps server 0: worker rank {} called the roll with "
+                 "{} values, another with {}: the workers disagree on their collective",
+                 s_.worker_ranks[w], part.numel(), sum.numel());
+    sum.add_(part);
   }
+  const torch::Tensor answer = roll_answer(sum);
+  for (size_t w = 0; w < roll_parts_.size(); ++w) {
+    if (!roll_->lost(w)) send(answer.clone(), s_.worker_ranks[w], ps::kMembershipTag);
+  }
+}
+
+torch::Tensor PsServer::roll_answer(const torch::Tensor& sum) const {
+  return torch::cat({torch::tensor(roll_->mask(), torch::kInt64).to(torch::kFloat64), sum});
 }
 
 void PsServer::drop_worker(size_t w) {
   if (lost_[w]) return;
   lost_[w] = true;
+  last_arrival_ = Clock::now();  // a decision, as good as a message: serve()'s timeout restarts
   worker_done_[w] = true;
   step_lr_[w].clear();
   for (size_t local = 0; local < pushed_[w].size(); ++local) {

@@ -86,9 +86,11 @@ class PsServer {
   double optimizer_state_mb() const { return shard_.optimizer_state_mb(); }
 
  private:
+  // A roll call's part is received beside the pushes, under this "chunk".
+  static constexpr int64_t kRollCall = -1;
   struct Incoming {
     size_t worker = 0;
-    int64_t local = 0;  // the chunk's index in chunk_ids_
+    int64_t local = 0;  // the chunk's index in chunk_ids_, or kRollCall
     std::unique_ptr<Work> work;
     torch::Tensor buffer;
   };
@@ -105,6 +107,8 @@ class PsServer {
   void handle_control(size_t worker, const torch::Tensor& message);
   // Server 0, with tolerate_worker_loss: drops the workers found lost and answers the roll.
   void keep_roll();
+  // The answer to a roll call: 1 for each worker still training, then `sum`.
+  torch::Tensor roll_answer(const torch::Tensor& sum) const;
   // Forgets worker `w`: its pushes not yet applied, messages to and from it, its step; it
   // counts as finished.
   void drop_worker(size_t w);
@@ -136,6 +140,7 @@ class PsServer {
   std::vector<std::chrono::steady_clock::time_point> heard_;  // [worker]: its last message
   std::vector<bool> lost_;               // [worker], with tolerate_worker_loss
   std::optional<LiveWorkers> roll_;      // server 0, with tolerate_worker_loss
+  std::vector<torch::Tensor> roll_parts_;  // [worker]: its part of this roll's sum
   // Messages to and from lost workers, never to complete: kept, since waiting for them is
   // what destroying them would do.
   std::vector<std::unique_ptr<Work>> abandoned_;

@@ -4,8 +4,8 @@
 #   - dist.ps.tolerate_worker_loss = true: server 0 drops the worker once it has been silent
 #     for dist.timeout_s while the others wait; they train to the last step, evaluate and
 #     checkpoint, and the job exits 0;
-#   - tolerance off: every rank ends within the timeout, naming rank 1, and the job exits
-#     non-zero (scripts/mpirun.sh carries the ranks' exit code past mpirun's 0);
+#   - tolerance off: the job ends within the timeout, every rank that reports naming rank 1,
+#     and exits non-zero (scripts/mpirun.sh carries the ranks' exit code past mpirun's 0);
 #   - bad input: tolerance without --enable-recovery, or under ssp.
 #   usage: worker_loss.sh TRAINER SOURCE_DIR
 set -uo pipefail
@@ -69,13 +69,14 @@ train $name --enable-recovery
 kill_rank1 $name
 finish_within 60
 [ "$status" -ne 0 ] || fail "$name: exit status 0 after a lost worker without tolerance"
-for rank in 0 2; do
-  grep -q "rank $rank: .*missing rank(s) 1" "$work/$name.log" ||
-    { tail "$work/$name.log"; fail "$name: rank $rank did not name rank 1"; }
-done
-grep -q "rank 3: ps server 0 .*silent longest: worker rank 1" "$work/$name.log" ||
-  fail "$name: the server did not name rank 1"
-echo "ok: without tolerance every rank ended in $(($(date +%s) - start)) s naming rank 1 (exit $status)"
+# The first rank to reach its timeout ends the job (MPI_Abort): whoever reports, names rank 1.
+grep -Eq "^error: rank [023]: .*(missing rank\(s\) 1 |silent longest: worker rank 1 )" \
+  "$work/$name.log" || { tail "$work/$name.log"; fail "$name: no rank named rank 1"; }
+if grep "^error: rank" "$work/$name.log" |
+    grep -Ev "missing rank\(s\) 1 |silent longest: worker rank 1 "; then
+  fail "$name: a rank's error above does not name rank 1"
+fi
+echo "ok: without tolerance the job ended in $(($(date +%s) - start)) s naming rank 1 (exit $status)"
 
 # Bad input: one line, exit 2.
 name=no_recovery
