@@ -196,11 +196,6 @@ FieldErrors DistOptions::validate(const DistContext& context) const {
                                     ps.consistency)});
     }
   }
-  if (strategy == StrategyKind::kZero && context.fp16_loss_scaling) {
-    errors.push_back({"strategy", "fp16 loss scaling (train.precision = \"fp16\") is not "
-                                  "available with \"zero\" (each rank sees only its own "
-                                  "gradients); use train.precision = \"bf16\""});
-  }
   return errors;
 }
 

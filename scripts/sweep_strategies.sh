@@ -15,8 +15,8 @@
 # Each rank keeps the config's per-rank batch, so N ranks train on N times the global batch;
 # "ranks" counts workers (dedicated servers are started beside them).
 # Writes OUT_DIR/sweep.csv (one row per run: step time, images per second, communication,
-# bytes sent, optimizer state held by rank 0; for ps the wait for parameters and the
-# staleness) and prints a markdown table of each point's
+# bytes sent, parameters, gradients and optimizer state held by rank 0 and its peak device
+# memory; for ps the wait for parameters and the staleness) and prints a markdown table of each point's
 # median with the runs' range; scripts/plot_sweep.py draws it.
 # Figures: averages over the logged intervals after the first (start-up and first-step
 # allocation excluded); "vs single" is the median step time over `single`'s at 1 rank.
@@ -40,7 +40,7 @@ while (($#)); do
 done
 cd "$(dirname "$0")/.."
 
-echo "ranks,strategy,repeat,step_ms,img_per_s,comm_ms,exposed_ms,comm_mb,optimizer_state_mb,loss,ps_wait_ms,ps_staleness" \
+echo "ranks,strategy,repeat,step_ms,img_per_s,comm_ms,exposed_ms,comm_mb,optimizer_state_mb,loss,ps_wait_ms,ps_staleness,parameters_mb,gradients_mb,device_peak_mb" \
   >"$out/sweep.csv"
 # The --set options of strategy spec $1 (see --strategies) into $variant, and in $servers the
 # ranks it adds beside the workers.
@@ -83,6 +83,10 @@ for n in $ranks; do
 import json, sys
 records = [json.loads(line) for line in open(sys.argv[1])]
 steps = [r for r in records if r["kind"] == "step"][1:]
+def peak_mb(records):
+    peaks = [r["memory/device_peak_allocated_mb"] for r in records
+             if "memory/device_peak_allocated_mb" in r]
+    return f"{max(peaks):.0f}" if peaks else ""
 def mean(key, digits, scale=1.0):
     values = [s[key] * scale for s in steps if key in s]
     return f"{sum(values) / len(values):.{digits}f}" if values else ""
@@ -90,7 +94,9 @@ print(",".join([sys.argv[2], sys.argv[3], sys.argv[4], mean("time/step_ms", 2),
                 mean("throughput/img_per_s", 0), mean("comm/ms", 2), mean("comm/exposed_ms", 2),
                 mean("comm/sent_bytes", 3, 1 / 2**20), mean("memory/optimizer_state_mb", 3),
                 f"{steps[-1]['loss/train']:.4f}" if steps else "",
-                mean("ps/wait_ms", 2), mean("ps/staleness", 2)]))
+                mean("ps/wait_ms", 2), mean("ps/staleness", 2), mean("memory/parameters_mb", 3),
+                mean("memory/gradients_mb", 3),
+                peak_mb(records)]))
 PY
     done
   done
@@ -112,15 +118,18 @@ def text(value, digits):
     return "-" if value is None else f"{value:.{digits}f}"
 base = median(points.get((1, "single"), []), "step_ms")
 print("| ranks | strategy | runs | step ms | vs single | img/s | img/s range | comm ms "
-      "| exposed ms | MiB sent | optimizer state MiB (rank 0) | loss | ps wait ms | staleness |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+      "| exposed ms | MiB sent | parameters / gradients / optimizer state MiB (rank 0) | "
+      "device peak MiB | loss | ps wait ms | staleness |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for (ranks, strategy), runs in sorted(points.items()):
     step = median(runs, "step_ms")
     ratio = f"{step / base:.2f}" if base and step else "-"
     print(f"| {ranks} | {strategy} | {len(runs)} | {text(step, 2)} | {ratio} | "
           f"{text(median(runs, 'img_per_s'), 0)} | {spread(runs, 'img_per_s', 0)} | "
           f"{text(median(runs, 'comm_ms'), 2)} | {text(median(runs, 'exposed_ms'), 2)} | "
-          f"{text(median(runs, 'comm_mb'), 3)} | {runs[0]['optimizer_state_mb']} | "
+          f"{text(median(runs, 'comm_mb'), 3)} | {runs[0]['parameters_mb'] or '-'} / "
+          f"{runs[0]['gradients_mb'] or '-'} / {runs[0]['optimizer_state_mb']} | "
+          f"{runs[0]['device_peak_mb'] or '-'} | "
           f"{runs[0]['loss']} | {text(median(runs, 'ps_wait_ms'), 2)} | "
           f"{text(median(runs, 'ps_staleness'), 2)} |")
 PY

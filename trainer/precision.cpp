@@ -40,13 +40,15 @@ LossScaler::LossScaler(torch::Device device, double initial_scale, int64_t growt
       found_inf_(torch::zeros({1}, torch::dtype(torch::kFloat32).device(device))),
       growth_interval_(growth_interval) {}
 
-bool LossScaler::unscale_and_check(const std::vector<torch::Tensor>& params) {
+bool LossScaler::unscale_and_check(const std::vector<torch::Tensor>& params,
+                                   const std::function<void(torch::Tensor)>& agree) {
   std::vector<torch::Tensor> grads;
   for (const torch::Tensor& param : params) {
     if (param.grad().defined()) grads.push_back(param.grad());
   }
   found_inf_.zero_();
   at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, scale_.reciprocal());
+  if (agree) agree(found_inf_);
   return found_inf_.item<float>() == 0.0f;
 }
 

@@ -4,6 +4,8 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+
 #include <string>
 #include <vector>
 
@@ -23,13 +25,16 @@ class AutocastScope {
 
 // Dynamic loss scaling: scale() the loss before backward; unscale_and_check() divides the
 // gradients by the scale on the device and returns whether they are all finite (this is the
-// step's one host synchronisation, fp16 only); update() grows the scale after
+// step's one host synchronisation, fp16 only). Where each rank holds only its shard of the
+// gradients (ZeRO), `agree` sums the overflow flag over the ranks first, so that every rank
+// skips the same steps and keeps the same scale. update() grows the scale after
 // `growth_interval` finite steps and halves it after a step with inf/NaN.
 class LossScaler {
  public:
   LossScaler(torch::Device device, double initial_scale = 65536.0, int64_t growth_interval = 2000);
   torch::Tensor scale(const torch::Tensor& loss) const { return loss * scale_; }
-  bool unscale_and_check(const std::vector<torch::Tensor>& params);
+  bool unscale_and_check(const std::vector<torch::Tensor>& params,
+                         const std::function<void(torch::Tensor)>& agree = {});
   void update();
   double current_scale() const;
 

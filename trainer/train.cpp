@@ -160,7 +160,11 @@ class Trainer {
     if (skip_nonfinite_ && !step_loss_finite()) return skip_update(nonfinite_skipped_);
     loss_sum_ += step_loss_;
     if (scaler_) {
-      const bool finite = scaler_->unscale_and_check(s_.strategy->gradient_owners());
+      const bool finite = scaler_->unscale_and_check(
+          s_.strategy->gradient_owners(),
+          [this](torch::Tensor found_inf) {
+            s_.strategy->reduce_metrics(found_inf, dist::ReduceOp::kSum);
+          });
       scaler_->update();
       if (!finite) return skip_update(overflow_skipped_);
     }

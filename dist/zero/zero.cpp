@@ -25,13 +25,7 @@ void move_into(torch::Tensor& tensor, const torch::Tensor& flat, int64_t offset)
 }  // namespace
 
 ZeroStrategy::ZeroStrategy(std::shared_ptr<Communicator> comm)
-    : ReplicatedStrategy(std::move(comm)) {
-  if (!comm_->device().is_cpu()) {
-    throw UserError(
-        "dist.strategy = \"zero\" runs on CPU ranks only in this version: its NCCL path has not "
-        "been validated on GPUs yet; use dist.strategy = \"ddp\" on GPUs");
-  }
-}
+    : ReplicatedStrategy(std::move(comm)) {}
 
 void ZeroStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) {
   hold(model);

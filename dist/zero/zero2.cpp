@@ -31,13 +31,7 @@ torch::Tensor bytes_tensor(const std::string& bytes) {
 }  // namespace
 
 Zero2Strategy::Zero2Strategy(ZeroOptions options, std::shared_ptr<Communicator> comm)
-    : ReplicatedStrategy(std::move(comm)), options_(std::move(options)) {
-  if (!comm_->device().is_cpu()) {
-    throw UserError(
-        "dist.strategy = \"zero\" runs on CPU ranks only in this version: its NCCL path has not "
-        "been validated on GPUs yet; use dist.strategy = \"ddp\" on GPUs");
-  }
-}
+    : ReplicatedStrategy(std::move(comm)), options_(std::move(options)) {}
 
 Zero2Strategy::~Zero2Strategy() = default;
 
