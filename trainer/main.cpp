@@ -13,11 +13,31 @@
 
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
+#include <thread>
 
 namespace {
+
+// This process's rank as its launcher set it (Open MPI, PMIx, PMI, Slurm): known before MPI
+// starts, as errors in the config are found. 0 when started alone.
+int launched_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (const char* value = std::getenv(name)) return std::atoi(value);
+  }
+  return 0;
+}
+
+// Most bad input (a config, a dataset path) is the same on every rank: one report of it is
+// enough. Rank 0 reports and ends the job at once; the others give it 3 seconds to do so, in
+// which the launcher stops them unheard (mpirun takes about one after a rank's failing exit).
+// A rank whose error is its own (a file only it reads) reports 3 seconds later.
+void let_rank_0_report_first(int rank) {
+  if (rank > 0) std::this_thread::sleep_for(std::chrono::seconds(3));
+}
 
 int run(int argc, char** argv) {
   CLI::App app{"dtrain: distributed training of image models"};
@@ -55,6 +75,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (config_path.empty()) {
+    let_rank_0_report_first(launched_rank());
     std::fprintf(stderr, "error: --config is required to train, e.g. trainer --config "
                          "configs/fashion_mnist.toml (--print-config lists every key)\n%s",
                  app.help().c_str());
@@ -73,9 +94,11 @@ int run(int argc, char** argv) {
 int fail(const std::string& message, int exit_code) {
   const std::optional<dtrain::dist::WorldInfo> world = dtrain::dist::started_world();
   if (!world || world->size == 1) {
+    let_rank_0_report_first(launched_rank());  // MPI not started: the launcher's rank
     dtrain::log::error("{}", message);
     return exit_code;
   }
+  let_rank_0_report_first(world->rank);
   // A check failure's message names the rank already.
   const std::string rank = fmt::format("rank {}: ", world->rank);
   dtrain::log::error("{}{}", message.rfind(rank, 0) == 0 ? "" : rank, message);
@@ -87,6 +110,7 @@ int run_reporting(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const dtrain::trainer::ConfigError& e) {
+    let_rank_0_report_first(launched_rank());
     for (const std::string& problem : e.problems()) std::fprintf(stderr, "%s\n", problem.c_str());
     return 2;
   } catch (const dtrain::UserError& e) {
