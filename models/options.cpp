@@ -1,8 +1,10 @@
 #include "models/options.h"
 
-#include "models/registry.h"
-
 namespace dtrain::models {
+
+std::vector<std::string> model_names() {
+  return {"simple_cnn", "resnet18", "resnet34", "resnet50"};
+}
 
 void ModelOptions::declare(OptionSpecs& keys) {
   keys.add("name", &name,

@@ -6,8 +6,12 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace dtrain::models {
+
+// The architectures make_model() builds (models/registry.h), in the order the help lists them.
+std::vector<std::string> model_names();
 
 struct ModelOptions {
   // "simple_cnn", "resnet18", "resnet34" or "resnet50".

@@ -68,8 +68,4 @@ std::shared_ptr<Model> make_model(const ModelOptions& options, InputShape input,
   return std::make_shared<ResNet>(config);
 }
 
-std::vector<std::string> model_names() {
-  return {"simple_cnn", "resnet18", "resnet34", "resnet50"};
-}
-
 }  // namespace dtrain::models

@@ -20,6 +20,4 @@ struct InputShape {
 std::shared_ptr<Model> make_model(const ModelOptions& options, InputShape input,
                                   int64_t num_classes);
 
-std::vector<std::string> model_names();
-
 }  // namespace dtrain::models

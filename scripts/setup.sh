@@ -12,6 +12,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist
   python3-pil  # tests/e2e/image_folder_accuracy.sh writes Fashion-MNIST as PNGs with it
+  clang libclang-rt-14-dev  # the fuzz targets (fuzz/run.sh, a test of the suite): libFuzzer
 )
 missing=()
 for package in "${packages[@]}"; do

@@ -100,12 +100,26 @@ void apply_override(toml::table& root, const std::string& assignment, Problems& 
   try {
     parsed = toml::parse("v = " + value, std::string_view("--set"));
   } catch (const toml::parse_error&) {
+    // Not a TOML value: the bare word as a string, escaped (quotes, newlines). Only bytes that
+    // are not UTF-8 remain, which no TOML string holds.
     std::string quoted;
-    for (char c : value) {
-      if (c == '"' || c == '\\') quoted += '\\';
-      quoted += c;
+    for (const char c : value) {
+      const auto byte = static_cast<unsigned char>(c);
+      if (c == '"' || c == '\\') {
+        quoted += '\\';
+        quoted += c;
+      } else if (byte < 0x20 || byte == 0x7f) {
+        quoted += fmt::format("\\u{:04x}", byte);
+      } else {
+        quoted += c;
+      }
     }
-    parsed = toml::parse("v = \"" + quoted + "\"", std::string_view("--set"));
+    try {
+      parsed = toml::parse("v = \"" + quoted + "\"", std::string_view("--set"));
+    } catch (const toml::parse_error& e) {
+      problems.add_from_set(fmt::format("--set {}: {}", key, e.description()));
+      return;
+    }
   }
   // Walk (creating) the tables of "a.b.c", then set the last component.
   toml::table* table = &root;

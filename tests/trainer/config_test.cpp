@@ -255,6 +255,14 @@ TEST_CASE("--set overrides parse TOML values and bare words", "[config]") {
   REQUIRE(problems.size() == 2);
   CHECK(problems[0] == "--set epochs=3: expected section.key=value");
   CHECK(problems[1] == "--set optim.lrate: unknown key (did you mean optim.lr?)");
+
+  // A bare word is taken whole, quotes and control characters included (fuzz/config_fuzz.cpp
+  // found a newline ending the loader in an uncaught exception); bytes that are not UTF-8 are
+  // a problem of the key.
+  CHECK(load_config("", {"data.path=/data/a\"b\\c\nd"}).data.path == "/data/a\"b\\c\nd");
+  const std::vector<std::string> not_utf8 = problems_of("", {"data.path=/data/\xff"});
+  REQUIRE(not_utf8.size() == 1);
+  CHECK(not_utf8[0].rfind("--set data.path: ", 0) == 0);
 }
 
 TEST_CASE("subsections such as [dist.ddp] load, override and reject unknown keys", "[config]") {
