@@ -26,6 +26,9 @@
 //     (every rank when colocated, the last dist.ps.servers ranks when dedicated) holds its
 //     chunks' master parameters, their gradients and their optimizer state. Its stats report
 //     the optimizer state only.
+// Not model state here, as not in the stats: codec state (memory/codec_state_mb), the ps's
+// messages in flight and its SSP slots over collectives, activations and autograd's gradients
+// of incomplete buckets (memory/host_peak_mb and memory/device_peak_allocated_mb measure all).
 // Stage 3 is not built yet, so only the paper's figure is given for it (paper_bytes()).
 #pragma once
 
