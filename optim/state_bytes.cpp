@@ -39,4 +39,10 @@ int64_t state_bytes(const torch::optim::Optimizer& optimizer) {
   return bytes;
 }
 
+int64_t state_tensors_per_parameter(const OptimizerOptions& options) {
+  if (options.name == "sgd" || options.name == "lars") return options.momentum != 0.0 ? 1 : 0;
+  if (options.name == "adamw" || options.name == "lamb") return 2;  // no amsgrad (optimizer.cpp)
+  throw UserError("optim.name \"" + options.name + "\": state of an unknown optimizer");
+}
+
 }  // namespace dtrain::optim

@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "dist/comm/mpi_communicator.h"
 #include "trainer/config.h"
+#include "trainer/memory_plan.h"
 #include "trainer/signals.h"
 #include "trainer/train.h"
 #include "trainer/version.h"
@@ -49,12 +50,19 @@ int run(int argc, char** argv) {
   dtrain::trainer::RunFlags flags;
   flags.command.assign(argv, argv + argc);
   std::string resume;
+  std::string world_size;
   app.add_option("--config", config_path, "TOML config file")->check(CLI::ExistingFile);
   app.add_option("--set", overrides, "override a key: --set section.key=value (repeatable)");
   app.add_flag("--print-config", print_config,
                "print every key with its default and description, then exit");
   app.add_flag("--print-config-markdown", print_markdown, "the same, as a markdown table");
-  app.add_flag("--dry-run", flags.dry_run, "build the run and print its plan; train nothing");
+  app.add_flag("--dry-run", flags.dry_run,
+               "build the run and print its plan and its memory per rank; train nothing");
+  auto* world_size_option = app.add_option(
+      "--world-size", world_size,
+      "with --dry-run: predict the memory per rank for this many ranks, without starting them");
+  auto* json_option = app.add_option("--dry-run-json", flags.dry_run_json,
+                                     "with --dry-run: also write the memory prediction here");
   auto* resume_option = app.add_option("--resume", resume,
                                        "continue the run (no value: from its newest checkpoint "
                                        "that loads), or from a checkpoint or run directory")
@@ -82,6 +90,16 @@ int run(int argc, char** argv) {
     return 2;
   }
   if (resume_option->count() > 0) flags.resume = resume;
+  for (const CLI::Option* option : {world_size_option, json_option}) {
+    if (option->count() > 0 && !flags.dry_run) {
+      throw dtrain::UserError(fmt::format("{} is for a dry run, which trains nothing: add "
+                                          "--dry-run (to train on N ranks, start mpirun -np N)",
+                                          option->get_name()));
+    }
+  }
+  if (world_size_option->count() > 0) {
+    flags.world_size = dtrain::trainer::parse_world_size(world_size);
+  }
 
   const dtrain::trainer::Config config = dtrain::trainer::load_config(config_path, overrides);
   const dtrain::trainer::RunResult result = dtrain::trainer::run_training(config, flags);

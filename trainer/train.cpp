@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "trainer/checkpoint.h"
 #include "trainer/config.h"
+#include "trainer/memory_plan.h"
 #include "trainer/memory_stats.h"
 #include "trainer/metrics.h"
 #include "trainer/precision.h"
@@ -423,13 +424,23 @@ RunResult run_training(const Config& config, const RunFlags& flags) {
     check_run_dir(run_dir, flags.resume);
     if (flags.resume) resume_from_checkpoints = resume_from(run_dir, *flags.resume);
   }
+  if (flags.dry_run && flags.world_size) {  // another world: no ranks to start
+    report_memory_plan(config, model_parameters(config), *flags.world_size, flags.dry_run_json);
+    return {};
+  }
   RunSetup setup = build_run(config);
   log::info("{}", describe_run(config, setup));
   if (!config.debug.slow_ranks.empty()) {
     log::info("debug: rank(s) {} slowed {}x", fmt::join(config.debug.slow_ranks, ", "),
               config.debug.slow_factor);
   }
-  if (flags.dry_run) return {};
+  if (flags.dry_run) {
+    if (setup.world.rank == 0) {
+      report_memory_plan(config, setup.model->parameters(), setup.world.size,
+                         flags.dry_run_json);
+    }
+    return {};
+  }
 
   const int rank = setup.world.rank;
   std::filesystem::create_directories(setup.run_dir);

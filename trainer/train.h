@@ -14,8 +14,13 @@ struct RunFlags {
   // Resume: "" = the newest checkpoint of this run that loads, if any; else that checkpoint
   // or run directory.
   std::optional<std::string> resume;
-  // Build everything, print the plan, train nothing.
+  // Build everything, print the plan and the model-state memory per rank, train nothing.
   bool dry_run = false;
+  // Dry run: predict the memory for this many ranks instead of this run's world, building
+  // only the model (no MPI, no device).
+  std::optional<int> world_size;
+  // Dry run: also write the memory prediction here as JSON (trainer/memory_plan.h).
+  std::string dry_run_json;
   // The command line (argv), for the command that resumes a run stopped by a signal.
   std::vector<std::string> command;
 };

@@ -241,13 +241,21 @@ TEST_CASE("unknown optimizer names are user errors", "[optim][groups]") {
 }
 
 TEST_CASE("state_bytes counts each optimizer's state per parameter element", "[optim][state]") {
-  // Momentum: one buffer per parameter; Adam moments: two.
-  const std::vector<std::pair<std::string, int64_t>> copies = {
-      {"sgd", 1}, {"adamw", 2}, {"lars", 1}, {"lamb", 2}};
-  for (const auto& [name, per_element] : copies) {
-    INFO("optimizer " << name);
+  // Momentum: one buffer per parameter (none without momentum); Adam moments: two. What
+  // state_tensors_per_parameter() predicts is what the optimizer holds after a step.
+  struct Case {
+    std::string name;
+    double momentum;
+    int64_t per_element;
+  };
+  const std::vector<Case> cases = {{"sgd", 0.9, 1}, {"sgd", 0.0, 0}, {"adamw", 0.9, 2},
+                                   {"lars", 0.9, 1}, {"lars", 0.0, 0}, {"lamb", 0.9, 2}};
+  for (const Case& c : cases) {
+    INFO("optimizer " << c.name << ", momentum " << c.momentum);
     OptimizerOptions options;
-    options.name = name;
+    options.name = c.name;
+    options.momentum = c.momentum;
+    CHECK(dtrain::optim::state_tensors_per_parameter(options) == c.per_element);
     const std::vector<torch::Tensor> params = {
         torch::randn({4, 5}, torch::requires_grad()),
         torch::randn({5}, torch::dtype(torch::kFloat64).requires_grad(true))};
@@ -255,7 +263,6 @@ TEST_CASE("state_bytes counts each optimizer's state per parameter element", "[o
     CHECK(dtrain::optim::state_bytes(*optimizer) == 0);  // state comes with the first step
     for (const auto& param : params) param.sum().backward();
     optimizer->step();
-    CHECK(dtrain::optim::state_bytes(*optimizer) == per_element * (20 * 4 + 5 * 8));
+    CHECK(dtrain::optim::state_bytes(*optimizer) == c.per_element * (20 * 4 + 5 * 8));
   }
 }
-

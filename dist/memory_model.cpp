@@ -1,0 +1,197 @@
+#include "dist/memory_model.h"
+
+#include "common/error.h"
+#include "dist/buckets.h"
+#include "dist/ps/plan.h"
+#include "dist/reducer.h"
+#include "dist/zero/bucket_shards.h"
+#include "dist/zero/partition.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+namespace dtrain::dist {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// Stage 2's gradient buffers (zero2.cpp's kGradientBuffers): one bucket fills while the one
+// before it is on the wire.
+constexpr int64_t kZero2GradientBuffers = 2;
+
+std::vector<int64_t> numels_of(const std::vector<torch::Tensor>& params) {
+  std::vector<int64_t> numels;
+  for (const torch::Tensor& param : params) numels.push_back(param.numel());
+  return numels;
+}
+
+int64_t bytes_of(const std::vector<torch::Tensor>& params) {
+  int64_t bytes = 0;
+  for (const torch::Tensor& param : params) {
+    bytes += param.numel() * static_cast<int64_t>(param.element_size());
+  }
+  return bytes;
+}
+
+// single and ddp: every rank the whole model, its gradients (autograd's, or ddp's buckets of
+// whole tensors back to back: the same bytes) and the whole optimizer state.
+MemoryPrediction replicated(const std::string& name, const ModelStateInput& input,
+                            int world_size) {
+  const int64_t model = bytes_of(input.params);
+  const ModelStateBytes each{model, model, input.state_tensors * model};
+  return {name, std::vector<ModelStateBytes>(world_size, each), "", true};
+}
+
+// zero.h: flat parameters and one flat gradient bucket of N x the largest share, this rank's
+// shard of averaged gradients, and the state of the whole tensors it owns.
+MemoryPrediction zero1(const ModelStateInput& input, int world_size) {
+  const std::vector<int64_t> numels = numels_of(input.params);
+  const ZeroPartition partition = partition_parameters(numels, world_size);
+  const int64_t element_size = static_cast<int64_t>(input.params.front().element_size());
+  const int64_t flat = partition.shard_numel * world_size * element_size;
+  MemoryPrediction prediction{"zero stage 1", {}, "", true};
+  for (int r = 0; r < world_size; ++r) {
+    const int64_t owned = std::accumulate(numels.begin() + partition.first[r],
+                                          numels.begin() + partition.first[r + 1], int64_t{0});
+    prediction.ranks.push_back({flat, flat + partition.shard_numel * element_size,
+                                input.state_tensors * owned * element_size});
+  }
+  return prediction;
+}
+
+// zero2.h: every bucket padded to a multiple of N, the optimizer's copy of this rank's shard,
+// its shard of the gradients, the two shared bucket buffers, and the state of its pieces (the
+// padding has none).
+MemoryPrediction zero2(const ZeroOptions& options, const ModelStateInput& input,
+                       int world_size) {
+  std::vector<int64_t> order(input.params.size());
+  std::iota(order.rbegin(), order.rend(), 0);  // reversed registration order, as zero2.cpp
+  const auto cap = static_cast<int64_t>(options.bucket_mb * kMiB);
+  const PsPlan plan =
+      rank_aligned_plan(packed_layout(plan_buckets(order, input.params, cap, cap), input.params),
+                        numels_of(input.params), world_size);
+  const int64_t element_size = static_cast<int64_t>(input.params.front().element_size());
+  int64_t padded = 0, largest = 0;
+  for (const BucketLayout& bucket : plan.layout) {
+    padded += bucket.numel;
+    largest = std::max(largest, bucket.numel);
+  }
+  const int64_t buffers =
+      std::min<int64_t>(kZero2GradientBuffers, static_cast<int64_t>(plan.layout.size()));
+  const std::vector<int64_t> shard = plan.server_numel();
+  std::vector<int64_t> stepped(world_size, 0);
+  for (const PsPiece& piece : plan.pieces) stepped[plan.chunks[piece.chunk].server] += piece.numel;
+  MemoryPrediction prediction{"zero stage 2", {}, "", true};
+  for (int r = 0; r < world_size; ++r) {
+    prediction.ranks.push_back({(padded + shard[r]) * element_size,
+                                (shard[r] + buffers * largest) * element_size,
+                                input.state_tensors * stepped[r] * element_size});
+  }
+  return prediction;
+}
+
+// ps.h: workers hold the model and its gradient buckets (whole tensors back to back); servers
+// their chunks' parameters, gradients and optimizer state. A colocated rank is both.
+MemoryPrediction ps(const PsOptions& options, const ModelStateInput& input, int world_size) {
+  const bool dedicated = options.placement == "dedicated";
+  MemoryPrediction prediction{fmt::format("ps ({})", options.placement), {}, "", false};
+  const int servers = dedicated ? static_cast<int>(options.servers) : world_size;
+  const int workers = dedicated ? world_size - servers : world_size;
+  if (workers < 1) {
+    prediction.problem = fmt::format("dist.ps.servers = {} dedicated servers leave no worker "
+                                     "among {} rank(s)",
+                                     servers, world_size);
+    return prediction;
+  }
+  const int64_t element_size = static_cast<int64_t>(input.params.front().element_size());
+  const int64_t chunk_numel =
+      std::max<int64_t>(1, static_cast<int64_t>(options.chunk_mb * kMiB) / element_size);
+  // Async servers keep tensors whole (ps.cpp); the collective transport serves bsp and ssp
+  // only, where the plan is the same.
+  const PsPlan plan = make_ps_plan(numels_of(input.params), servers, chunk_numel,
+                                   options.consistency == "async");
+  const std::vector<int64_t> served = plan.server_numel();
+  const int64_t model = bytes_of(input.params);
+  for (int r = 0; r < world_size; ++r) {
+    ModelStateBytes bytes;
+    if (r < workers) bytes = {model, model, 0};
+    const int server = dedicated ? r - workers : r;
+    if (server >= 0) {
+      const int64_t chunks = served[server] * element_size;
+      bytes.parameters += chunks;
+      bytes.gradients += chunks;
+      bytes.optimizer_state += input.state_tensors * chunks;
+    }
+    prediction.ranks.push_back(bytes);
+  }
+  return prediction;
+}
+
+MemoryPrediction zero(const ZeroOptions& options, const ModelStateInput& input, int world_size) {
+  if (options.stage == 1) return zero1(input, world_size);
+  if (options.stage == 2) return zero2(options, input, world_size);
+  return {fmt::format("zero stage {}", options.stage), {},
+          "no prediction of its buffers yet (the paper's figure is in the comparison)", true,
+          /*unknown=*/true};
+}
+
+}  // namespace
+
+MemoryPrediction predict_model_state(const DistOptions& options, const ModelStateInput& input,
+                                     int world_size) {
+  DTRAIN_CHECK(world_size >= 1 && !input.params.empty(),
+               "memory prediction over {} ranks of {} parameters", world_size,
+               input.params.size());
+  switch (options.strategy) {
+    case StrategyKind::kSingle: {
+      MemoryPrediction prediction = replicated("single", input, 1);
+      if (world_size > 1) {
+        prediction.ranks.clear();
+        prediction.problem = "one rank only";
+      }
+      return prediction;
+    }
+    case StrategyKind::kDdp:
+      return replicated("ddp", input, world_size);
+    case StrategyKind::kZero:
+      return zero(options.zero, input, world_size);
+    case StrategyKind::kPs:
+      return ps(options.ps, input, world_size);
+  }
+  throw UserError(fmt::format("dist.strategy \"{}\": no memory prediction",
+                              strategy_name(options.strategy)));
+}
+
+std::vector<MemoryPrediction> predict_every_strategy(const DistOptions& options,
+                                                     const ModelStateInput& input,
+                                                     int world_size) {
+  std::vector<MemoryPrediction> predictions;
+  DistOptions each = options;
+  if (world_size == 1) {
+    each.strategy = StrategyKind::kSingle;
+    predictions.push_back(predict_model_state(each, input, world_size));
+  }
+  each.strategy = StrategyKind::kDdp;
+  predictions.push_back(predict_model_state(each, input, world_size));
+  each.strategy = StrategyKind::kZero;
+  for (const int64_t stage : {1, 2}) {
+    each.zero.stage = stage;
+    predictions.push_back(predict_model_state(each, input, world_size));
+  }
+  each.strategy = StrategyKind::kPs;
+  predictions.push_back(predict_model_state(each, input, world_size));
+  return predictions;
+}
+
+ModelStateBytes paper_bytes(int64_t numel, int64_t element_size, int64_t state_tensors,
+                            int stage, int world_size) {
+  const int64_t whole = numel * element_size;
+  const int64_t shard = (numel + world_size - 1) / world_size * element_size;
+  const int64_t state = state_tensors * (stage >= 1 ? shard : whole);
+  return {stage >= 3 ? shard : whole, stage >= 2 ? shard : whole, state};
+}
+
+}  // namespace dtrain::dist

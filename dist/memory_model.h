@@ -1,0 +1,88 @@
+// Model-state memory per rank, predicted without running: the bytes of parameters, gradients
+// and optimizer state each rank holds for the whole run under a strategy at a world size,
+// counted as the strategies count them in their `memory/*` stats (replicated.h's memory()),
+// so a run's stats can be checked against the prediction. `trainer --dry-run` prints it.
+//
+// The ZeRO paper's model (Rajbhandari et al. 2020, section 3.1): a model of Psi parameters
+// trained in mixed precision with Adam holds 2 Psi bytes of fp16 parameters, 2 Psi of fp16
+// gradients and K Psi of optimizer state, K = 12 (fp32 master weights, momentum, variance):
+// (2 + 2 + K) Psi per rank under DDP; stage 1 (P_os) 2 Psi + 2 Psi + K Psi / N; stage 2
+// (P_os+g) 2 Psi + (2 + K) Psi / N; stage 3 (P_os+g+p) (2 + 2 + K) Psi / N.
+//
+// How dtrain departs from it:
+//   - Precision: parameters and gradients stay in the model's dtype (fp32) and autocast
+//     computes in bf16/fp16 on the fly, so there is no separate master copy: 4 + 4 bytes, and
+//     K = (state tensors per parameter) x 4 (Adam, LAMB: 8; momentum SGD, LARS: 4).
+//   - Buckets: stage 1 reduce-scatters one flat bucket of the whole gradients into the rank's
+//     shard, so it holds both: 4 Psi + 4 Psi / N of gradients. Stage 2 holds its shard of the
+//     gradients plus two shared bucket buffers (dist.zero.bucket_mb each, the largest padded
+//     bucket), not 2 Psi / N alone; and its optimizer steps a copy of its shard of the
+//     parameters: 4 Psi + 4 Psi / N of parameters.
+//   - Padding: stage 1's flat buffers give every rank the largest rank's share of whole
+//     tensors (N x that, not Psi); stage 2 pads each bucket to a multiple of N. Both count.
+//   - Sharding is by whole tensors (stage 1) or by bucket (stage 2), so ranks differ: the
+//     prediction is per rank.
+//   - The parameter server: a worker holds the whole model and its gradient buckets; a server
+//     (every rank when colocated, the last dist.ps.servers ranks when dedicated) holds its
+//     chunks' master parameters, their gradients and their optimizer state. Its stats report
+//     the optimizer state only.
+// Not model state here, as not in the stats: codec state (memory/codec_state_mb), the ps's
+// messages in flight and its SSP slots over collectives, activations and autograd's gradients
+// of incomplete buckets (memory/host_peak_mb and memory/device_peak_allocated_mb measure all).
+// Stage 3 is not built yet, so only the paper's figure is given for it (paper_bytes()).
+#pragma once
+
+#include "dist/options.h"
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dtrain::dist {
+
+// What one rank holds for the whole run.
+struct ModelStateBytes {
+  int64_t parameters = 0;
+  int64_t gradients = 0;
+  int64_t optimizer_state = 0;
+  int64_t total() const { return parameters + gradients + optimizer_state; }
+};
+
+// One strategy's prediction at a world size.
+struct MemoryPrediction {
+  std::string strategy;  // "ddp", "zero stage 1", "zero stage 2", "ps (colocated)", ...
+  std::vector<ModelStateBytes> ranks;  // by world rank; empty when `problem` says why
+  std::string problem;                 // why it cannot run at this world size, or why unknown
+  bool reports_parameters_and_gradients = true;  // false: its stats carry the state only
+  bool unknown = false;  // no model of this strategy's buffers yet (ZeRO stage 3)
+};
+
+// What the prediction needs of the model and the optimizer.
+struct ModelStateInput {
+  // The trainable parameters in registration order; only their numel, dtype and device are
+  // read (plan_buckets groups by dtype and device).
+  std::vector<torch::Tensor> params;
+  // Optimizer state tensors per parameter, each of the parameter's shape and dtype
+  // (optim::state_tensors_per_parameter).
+  int64_t state_tensors = 0;
+};
+
+// The strategy `options` chooses, at `world_size` ranks. When it cannot run there (single on
+// several ranks, dedicated servers that leave no worker) or cannot be predicted (ZeRO stage
+// 3), `ranks` is empty and `problem` says why.
+MemoryPrediction predict_model_state(const DistOptions& options, const ModelStateInput& input,
+                                     int world_size);
+
+// Every strategy at `world_size`, each with the options `options` gives it: single (one rank
+// only), ddp, zero stage 1, zero stage 2, ps with the configured placement.
+std::vector<MemoryPrediction> predict_every_strategy(const DistOptions& options,
+                                                     const ModelStateInput& input, int world_size);
+
+// The paper's figures per rank in our precision (no buckets, no padding): `stage` 0 is DDP,
+// 1 to 3 ZeRO's stages; `element_size` the parameters' bytes each.
+ModelStateBytes paper_bytes(int64_t numel, int64_t element_size, int64_t state_tensors,
+                            int stage, int world_size);
+
+}  // namespace dtrain::dist

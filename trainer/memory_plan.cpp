@@ -1,0 +1,193 @@
+#include "trainer/memory_plan.h"
+
+#include "common/error.h"
+#include "common/log.h"
+#include "data/dataset.h"
+#include "dist/memory_model.h"
+#include "models/registry.h"
+#include "optim/state_bytes.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+
+namespace dtrain::trainer {
+
+namespace {
+
+double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+// The ZeRO paper's stage for a strategy's prediction: 0 for ddp, -1 where it has none.
+int paper_stage(const std::string& strategy) {
+  if (strategy == "ddp" || strategy == "single") return 0;
+  if (strategy.rfind("zero stage ", 0) == 0) return strategy.back() - '0';
+  return -1;
+}
+
+nlohmann::json ranks_json(const std::vector<dist::ModelStateBytes>& ranks) {
+  nlohmann::json list = nlohmann::json::array();
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const dist::ModelStateBytes& b = ranks[r];
+    list.push_back({{"rank", r},
+                    {"parameters_mb", mib(b.parameters)},
+                    {"gradients_mb", mib(b.gradients)},
+                    {"optimizer_state_mb", mib(b.optimizer_state)},
+                    {"total_mb", mib(b.total())},
+                    {"parameters_bytes", b.parameters},
+                    {"gradients_bytes", b.gradients},
+                    {"optimizer_state_bytes", b.optimizer_state}});
+  }
+  return list;
+}
+
+// The configured strategy, a row per run of ranks that hold the same.
+std::string rank_table(const dist::MemoryPrediction& prediction) {
+  std::string text =
+      fmt::format("  {:<10} {:>12} {:>12} {:>12} {:>12}\n", "rank", "parameters", "gradients",
+                  "optimizer", "total");
+  const std::vector<dist::ModelStateBytes>& ranks = prediction.ranks;
+  const auto same = [](const dist::ModelStateBytes& a, const dist::ModelStateBytes& b) {
+    return a.parameters == b.parameters && a.gradients == b.gradients &&
+           a.optimizer_state == b.optimizer_state;
+  };
+  dist::ModelStateBytes sum;
+  for (size_t first = 0; first < ranks.size();) {
+    size_t last = first;
+    while (last + 1 < ranks.size() && same(ranks[last + 1], ranks[first])) ++last;
+    const dist::ModelStateBytes& b = ranks[first];
+    text += fmt::format("  {:<10} {:>12.3f} {:>12.3f} {:>12.3f} {:>12.3f}\n",
+                        first == last ? fmt::format("{}", first)
+                                      : fmt::format("{}-{}", first, last),
+                        mib(b.parameters), mib(b.gradients), mib(b.optimizer_state),
+                        mib(b.total()));
+    first = last + 1;
+  }
+  for (const dist::ModelStateBytes& b : ranks) {
+    sum.parameters += b.parameters;
+    sum.gradients += b.gradients;
+    sum.optimizer_state += b.optimizer_state;
+  }
+  text += fmt::format("  {:<10} {:>12.3f} {:>12.3f} {:>12.3f} {:>12.3f}\n", "all ranks",
+                      mib(sum.parameters), mib(sum.gradients), mib(sum.optimizer_state),
+                      mib(sum.total()));
+  return text;
+}
+
+// Every strategy side by side, rank 0's figures and the most any rank holds, with the paper's
+// total; each strategy's prediction is appended to `strategies` too.
+std::string comparison_table(const dist::DistOptions& options,
+                             const dist::ModelStateInput& input, int world_size,
+                             nlohmann::json& strategies) {
+  int64_t numel = 0;
+  for (const torch::Tensor& param : input.params) numel += param.numel();
+  const int64_t element_size = static_cast<int64_t>(input.params.front().element_size());
+  std::string text;
+  text += fmt::format("every strategy at {} rank(s), MiB (rank 0; the most on one rank; the ZeRO "
+                      "paper's {} + {} + {} bytes per parameter, sharded by stage):\n",
+                      world_size, element_size, element_size, input.state_tensors * element_size);
+  text += fmt::format("  {:<22} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}\n", "strategy",
+                      "parameters", "gradients", "optimizer", "total", "most", "paper");
+  for (const dist::MemoryPrediction& each : dist::predict_every_strategy(options, input,
+                                                                         world_size)) {
+    const int stage = paper_stage(each.strategy);
+    const double paper =
+        stage < 0 ? 0.0
+                  : mib(dist::paper_bytes(numel, element_size, input.state_tensors, stage,
+                                          world_size).total());
+    const std::string paper_text = stage < 0 ? "-" : fmt::format("{:.3f}", paper);
+    strategies.push_back({{"strategy", each.strategy},
+                          {"ranks", ranks_json(each.ranks)},
+                          {"problem", each.problem},
+                          {"reports_parameters_and_gradients",
+                           each.reports_parameters_and_gradients},
+                          {"paper_total_mb", paper}});
+    if (!each.problem.empty()) {
+      text += fmt::format("  {:<22} {}\n", each.strategy, each.problem);
+      continue;
+    }
+    int64_t most = 0;
+    for (const dist::ModelStateBytes& b : each.ranks) most = std::max(most, b.total());
+    const dist::ModelStateBytes& first = each.ranks.front();
+    text += fmt::format("  {:<22} {:>11.3f} {:>11.3f} {:>11.3f} {:>11.3f} {:>11.3f} {:>11}\n",
+                        each.strategy, mib(first.parameters), mib(first.gradients),
+                        mib(first.optimizer_state), mib(first.total()), mib(most), paper_text);
+  }
+  // Stage 3 is not built: the paper's figure alone, for comparison.
+  text += fmt::format("  {:<22} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11.3f}\n",
+                      "zero stage 3 (paper)", "-", "-", "-", "-", "-",
+                      mib(dist::paper_bytes(numel, element_size, input.state_tensors, 3,
+                                            world_size).total()));
+  return text;
+}
+
+}  // namespace
+
+int parse_world_size(const std::string& text) {
+  const bool digits = !text.empty() && text.size() <= 7 &&
+                      std::all_of(text.begin(), text.end(),
+                                  [](unsigned char c) { return std::isdigit(c) != 0; });
+  const int value = digits ? std::stoi(text) : 0;
+  if (value < 1) {
+    throw UserError(fmt::format("--world-size \"{}\": give the number of ranks to predict "
+                                "for, a whole number from 1 to 9999999, e.g. --world-size 8",
+                                text));
+  }
+  return value;
+}
+
+std::vector<torch::Tensor> model_parameters(const Config& config) {
+  // The sizes depend on the data's sample shape and classes only; the device and the weights'
+  // values do not matter.
+  const data::Splits splits = data::open_splits(config.data);
+  const data::SampleShape shape = splits.train->shape();
+  const std::shared_ptr<models::Model> model = models::make_model(
+      config.model, {shape.channels, shape.height, shape.width}, splits.train->num_classes());
+  return model->parameters();
+}
+
+void report_memory_plan(const Config& config, const std::vector<torch::Tensor>& params,
+                        int world_size, const std::string& json_path) {
+  dist::ModelStateInput input;
+  for (const torch::Tensor& param : params) {
+    if (param.requires_grad()) input.params.push_back(param);
+  }
+  input.state_tensors = optim::state_tensors_per_parameter(config.optim);
+  const dist::MemoryPrediction configured =
+      dist::predict_model_state(config.dist, input, world_size);
+  if (!configured.problem.empty() && !configured.unknown) {
+    throw UserError(fmt::format("--dry-run: {} at {} rank(s): {}", configured.strategy,
+                                world_size, configured.problem));
+  }
+  std::string text;
+  if (configured.unknown) {
+    text = fmt::format("model-state memory of {}: {}\n", configured.strategy, configured.problem);
+  } else {
+    text = fmt::format("model-state memory per rank (MiB) predicted for {} rank(s), {}, "
+                       "optimizer {} ({} state tensor(s) per parameter){}:\n",
+                       world_size, configured.strategy, config.optim.name, input.state_tensors,
+                       configured.reports_parameters_and_gradients
+                           ? ""
+                           : "; its metrics report the optimizer state only");
+    text += rank_table(configured);
+  }
+  nlohmann::json strategies = nlohmann::json::array();
+  text += comparison_table(config.dist, input, world_size, strategies);
+  text.pop_back();
+  log::info("{}", text);
+
+  if (json_path.empty()) return;
+  const nlohmann::json report = {{"world_size", world_size},
+                                 {"strategy", configured.strategy},
+                                 {"optimizer", config.optim.name},
+                                 {"state_tensors", input.state_tensors},
+                                 {"ranks", ranks_json(configured.ranks)},
+                                 {"strategies", strategies}};
+  std::ofstream out(json_path);
+  out << report.dump(2) << '\n';
+  if (!out) throw UserError(fmt::format("--dry-run-json {}: cannot write", json_path));
+}
+
+}  // namespace dtrain::trainer
