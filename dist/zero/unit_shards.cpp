@@ -9,8 +9,9 @@ namespace dtrain::dist {
 
 namespace {
 
-// One buffer fills while the one before it is on the wire.
-constexpr size_t kGradientBuffers = 2;
+// Reduce-scatters in flight at once: one unit's gradients are copied out while the one
+// before them is on the wire.
+constexpr size_t kInFlight = 2;
 
 int64_t bytes_of(const torch::Tensor& tensor) {
   return tensor.numel() * static_cast<int64_t>(tensor.element_size());
@@ -22,20 +23,16 @@ UnitShards::UnitShards(const PsPlan& plan, std::vector<torch::Tensor>& params, P
                        std::shared_ptr<Communicator> comm, int64_t prefetch, StepComm& record)
     : plan_(plan), params_(params), shard_(shard), comm_(std::move(comm)), prefetch_(prefetch),
       record_(record), units_(static_cast<int64_t>(plan.layout.size())) {
-  flat_ = move_into_buckets(params_, plan_.layout);
-  for (const torch::Tensor& flat : flat_) free_storage(flat);
+  // Unit by unit: attach() holds at most one unit's flat buffer on top of the model it was
+  // given (whose tensors' own memory goes as each moves).
+  for (const BucketLayout& unit : plan_.layout) {
+    flat_.push_back(move_into_buckets(params_, {unit}).front());
+    free_storage(flat_.back());
+  }
   state_.assign(units_, State::kReleased);
   gathers_.resize(units_);
   reduced_.assign(units_, false);
-
-  int64_t largest = 0;
-  for (const BucketLayout& unit : plan_.layout) largest = std::max(largest, unit.numel);
-  const auto options = params_.front().options().requires_grad(false);
-  for (size_t b = 0; b < kGradientBuffers; ++b) {
-    buffers_.push_back(torch::zeros({largest}, options));
-    partners_.push_back(torch::zeros({largest / comm_->size()}, options));
-  }
-  pending_.resize(kGradientBuffers);
+  pending_.resize(kInFlight);
 }
 
 UnitShards::~UnitShards() = default;
@@ -97,41 +94,36 @@ void UnitShards::reduce_gradients(int64_t unit) {
                "(a unit run twice in a forward is not supported)", unit);
   reduced_[unit] = true;
   if (!has_params(unit)) return;
-  const size_t b = next_buffer_++ % kGradientBuffers;
-  complete(b);
+  Pending& pending = pending_[next_pending_++ % kInFlight];
+  complete(pending);
   const BucketLayout& layout = plan_.layout[unit];
-  torch::Tensor flat = buffers_[b].narrow(0, 0, layout.numel);
-  flat.zero_();  // the padding, and parameters without a gradient (zero gradients)
+  // Zeros: the padding, and the parameters without a gradient (zero gradients).
+  pending.flat = torch::zeros({layout.numel}, params_.front().options().requires_grad(false));
   for (size_t i = 0; i < layout.params.size(); ++i) {
     torch::Tensor& param = params_[layout.params[i]];
     torch::Tensor& grad = param.mutable_grad();
     if (!grad.defined()) continue;
-    flat.as_strided(param.sizes(), param.strides(), layout.offsets[i]).copy_(grad);
+    pending.flat.as_strided(param.sizes(), param.strides(), layout.offsets[i]).copy_(grad);
     grad.reset();  // no full-size gradient outlives its unit's backward
   }
   const int64_t chunk = my_chunk(unit);
   torch::Tensor target = shard_.chunk_grads(chunk);
-  Pending& pending = pending_[b];
   pending.add_to_chunk = -1;
   if (accumulate_) {  // a later micro-step: reduced beside the shard, then added to it
-    target = partners_[b].narrow(0, 0, target.numel());
+    pending.partner = torch::empty_like(target);
+    target = pending.partner;
     pending.add_to_chunk = chunk;
   }
-  pending.bytes = bytes_of(flat);
-  pending.work = comm_->reduce_scatter(flat, target, ReduceOp::kAverage);
+  pending.work = comm_->reduce_scatter(pending.flat, target, ReduceOp::kAverage);
 }
 
-void UnitShards::complete(size_t buffer) {
-  Pending& pending = pending_[buffer];
+void UnitShards::complete(Pending& pending) {
   if (!pending.work) return;
   pending.work->wait();
-  if (pending.add_to_chunk >= 0) {
-    torch::Tensor grads = shard_.chunk_grads(pending.add_to_chunk);
-    grads.add_(partners_[buffer].narrow(0, 0, grads.numel()));
-  }
-  record_.add(Collective::kReduceScatter, Traffic::kGradients, pending.bytes,
+  if (pending.add_to_chunk >= 0) shard_.chunk_grads(pending.add_to_chunk).add_(pending.partner);
+  record_.add(Collective::kReduceScatter, Traffic::kGradients, bytes_of(pending.flat),
               std::move(pending.work));
-  pending.work = nullptr;
+  pending = Pending{};  // frees the unit's gradients
 }
 
 void UnitShards::finish_backward() {
@@ -139,7 +131,7 @@ void UnitShards::finish_backward() {
     if (!reduced_[unit]) reduce_gradients(unit);
     release(unit);  // the first unit, and prefetches of units that did not run
   }
-  for (size_t b = 0; b < kGradientBuffers; ++b) complete(b);
+  for (Pending& pending : pending_) complete(pending);
   reduced_.assign(units_, false);
   accumulate_ = true;
 }
@@ -158,13 +150,6 @@ torch::Tensor UnitShards::gather_copy(int64_t unit) const {
                                      params_.front().options().requires_grad(false));
   comm_->all_gather(shard_.chunk_params(my_chunk(unit)), whole)->wait();
   return whole;
-}
-
-int64_t UnitShards::buffer_bytes() const {
-  int64_t bytes = 0;
-  for (const torch::Tensor& buffer : buffers_) bytes += bytes_of(buffer);
-  for (const torch::Tensor& partner : partners_) bytes += bytes_of(partner);
-  return bytes;
 }
 
 }  // namespace dtrain::dist

@@ -7,10 +7,11 @@
 //   2. after_forward(u): u's memory is freed;
 //   3. before_backward(u): u is gathered again (autograd reads it in u's backward); units
 //      u-1 .. u-prefetch start gathering;
-//   4. after_backward(u): u's gradients, autograd's full-size ones, are copied into one of two
-//      shared flat buffers of the unit layout (zeros for parameters without a gradient and for
-//      the padding) and reduce-scattered (average) into this rank's shard of the gradients,
-//      asynchronously; the full-size gradients and u's memory are freed.
+//   4. after_backward(u): u's gradients, autograd's full-size ones, are copied into a flat
+//      buffer of the unit layout (zeros for parameters without a gradient and for the padding)
+//      and reduce-scattered (average) into this rank's shard of the gradients, asynchronously,
+//      at most two units at once; the full-size gradients and u's memory are freed, the
+//      buffer when its reduce-scatter completes.
 // finish_backward() does step 4 for the units whose after_backward did not fire (the first
 // unit, whose input is the images; a unit that did not run) and waits for every
 // reduce-scatter. Whole units at once: at most prefetch + 1 (the one running and those
@@ -66,15 +67,14 @@ class UnitShards : public UnitHooks {
 
   int64_t max_whole_units() const { return max_whole_; }
   int64_t whole_units() const { return whole_; }
-  // Bytes of the shared gradient buffers and their shard-sized partners (held for the run).
-  int64_t buffer_bytes() const;
 
  private:
   enum class State { kReleased, kGathering, kWhole };
-  struct Pending {  // a reduce-scatter in flight from one shared buffer
+  struct Pending {  // a unit's reduce-scatter in flight
     std::unique_ptr<Work> work;
-    int64_t bytes = 0;
-    int64_t add_to_chunk = -1;  // accumulating: the chunk its partner buffer is added to
+    torch::Tensor flat;         // [padded unit numel], its input
+    torch::Tensor partner;      // accumulating: [shard numel], its output
+    int64_t add_to_chunk = -1;  // accumulating: the chunk the partner is added to
   };
 
   bool has_params(int64_t unit) const { return !plan_.layout[unit].params.empty(); }
@@ -85,7 +85,7 @@ class UnitShards : public UnitHooks {
   void make_whole(int64_t unit);
   void release(int64_t unit);
   void reduce_gradients(int64_t unit);
-  void complete(size_t buffer);
+  void complete(Pending& pending);
   // MPI moves a nonblocking collective forward only inside MPI calls: a test() in each hook.
   void poll();
 
@@ -103,10 +103,8 @@ class UnitShards : public UnitHooks {
   int64_t whole_ = 0;                           // units not kReleased
   int64_t max_whole_ = 0;
 
-  std::vector<torch::Tensor> buffers_;   // two, [largest padded unit]
-  std::vector<torch::Tensor> partners_;  // two, [largest shard]: accumulating reduce-scatters
-  std::vector<Pending> pending_;         // per buffer
-  size_t next_buffer_ = 0;
+  std::vector<Pending> pending_;  // two slots, used in turn
+  size_t next_pending_ = 0;
   std::vector<bool> reduced_;  // per unit: reduce-scattered in this micro-step
   bool accumulate_ = false;
 };

@@ -201,7 +201,7 @@ ReplicatedStrategy::MemoryBytes Zero3Strategy::memory() const {
       shard_->numel() * static_cast<int64_t>(params_.front().element_size());
   MemoryBytes bytes;
   bytes.parameters = shard_bytes;
-  bytes.gradients = shard_bytes + unit_shards_->buffer_bytes();
+  bytes.gradients = shard_bytes;
   bytes.optimizer_state = static_cast<int64_t>(shard_->optimizer_state_mb() * kMiB);
   return bytes;
 }

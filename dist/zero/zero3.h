@@ -11,13 +11,14 @@
 //   3. this rank's optimizer steps its shard (dist/ps/shard.h: LARS's and LAMB's per-tensor
 //      norms and LAMB's clipping norm are summed over the ranks, so they are those of the
 //      unsharded run). Nothing is gathered after the step: the next forward does it.
-// Traffic per step: two all-gathers and one reduce-scatter of the padded model, 1.5x DDP's.
+// Traffic per micro-step: two all-gathers and one reduce-scatter of the padded model, 1.5x
+// DDP's.
 //
 // Memory held by a rank for the whole run (the `memory/*` stats): its shard of the parameters,
-// of the gradients and of the optimizer state; two shared gradient buffers of the largest unit
-// and two of its shard. On top, while a step runs: at most dist.zero.prefetch + 1 whole units
-// (the `memory/max_whole_units` stat counts them), the full-size gradients of the unit in
-// backward, and autograd's activations. The model is built whole before attach(), which then
+// of the gradients and of the optimizer state. On top, while a step runs: at most
+// dist.zero.prefetch + 1 whole units (the `memory/max_whole_units` stat counts them), the
+// full-size gradients of the unit in backward and of at most two units on the wire, and
+// autograd's activations. The model is built whole before attach(), which then
 // frees its parameters' memory: read them through model_state(), while the strategy lives or
 // after.
 //
