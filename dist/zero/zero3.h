@@ -64,6 +64,7 @@ class Zero3Strategy : public ReplicatedStrategy {
   void load_model_state(const NamedTensors& state) override;
   void prepare_checkpoint() override;
   void save(const std::string& dir) const override;
+  // Collective: the whole parameters are gathered to rebuild the writer's optimizer over them.
   void load(const std::string& dir) override;
   Stats stats() const override;
 

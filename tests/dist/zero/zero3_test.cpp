@@ -147,7 +147,8 @@ TEST_CASE("ZeRO-3 on N ranks equals DDP and one rank on the N-times batch", "[di
   const dtrain::dist::Stats stats = strategy.stats();
   CHECK(stat(stats, "comm/collectives") == static_cast<double>(3 * units * micro));
   CHECK(stat(stats, "comm/bytes") == static_cast<double>(3 * padded * 8 * micro));
-  CHECK(stat(stats, "memory/max_whole_units") == static_cast<double>(std::min(prefetch + 1, units)));
+  CHECK(stat(stats, "memory/max_whole_units") ==
+        static_cast<double>(std::min(prefetch + 1, units)));
   // Memory held between steps: 1/N of the padded parameters and of the gradients; the padding
   // is under one element per rank and unit.
   const int64_t n = world()->size(), shard = padded / n;
