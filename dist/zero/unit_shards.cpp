@@ -134,6 +134,13 @@ void UnitShards::finish_backward() {
   for (Pending& pending : pending_) complete(pending);
   reduced_.assign(units_, false);
   accumulate_ = true;
+  // A gradient that arrived after its unit's after_backward would be lost, or counted twice
+  // at the next micro-step: the hook contract (common/units.h) rules it out.
+  for (size_t i = 0; i < params_.size(); ++i) {
+    DTRAIN_CHECK(!params_[i].grad().defined(),
+                 "zero stage 3: trainable parameter {} got its gradient after its unit's "
+                 "backward ended", i);
+  }
 }
 
 void UnitShards::poll() {

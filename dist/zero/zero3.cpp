@@ -64,7 +64,7 @@ void Zero3Strategy::attach(torch::nn::Module& model, const OptimizerFactory& mak
   if (comm_->rank() == 0) {
     const int64_t element_size = static_cast<int64_t>(params_.front().element_size());
     log::info("zero stage 3: {} units, each cut into {} shards; each rank holds {:.3f} of the "
-              "{:.3f} MiB of parameters, and at most {} units whole",
+              "{:.3f} MiB of parameters, with at most {} unit(s) whole at once",
               plan_.layout.size(), comm_->size(),
               static_cast<double>(shard_->numel() * element_size) / kMiB,
               static_cast<double>(std::accumulate(numels.begin(), numels.end(), int64_t{0}) *
