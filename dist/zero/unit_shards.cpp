@@ -75,7 +75,10 @@ void UnitShards::before_forward(int64_t unit) {
   poll();
 }
 
-void UnitShards::after_forward(int64_t unit) { release(unit); }
+void UnitShards::after_forward(int64_t unit) {
+  if (unit == units_ - 1 && torch::GradMode::is_enabled()) return;  // its backward is next
+  release(unit);
+}
 
 void UnitShards::before_backward(int64_t unit) {
   make_whole(unit);
@@ -124,6 +127,15 @@ void UnitShards::complete(Pending& pending) {
   record_.add(Collective::kReduceScatter, Traffic::kGradients, bytes_of(pending.flat),
               std::move(pending.work));
   pending = Pending{};  // frees the unit's gradients
+}
+
+void UnitShards::start_step() {
+  release_all();
+  accumulate_ = false;
+}
+
+void UnitShards::release_all() {
+  for (int64_t unit = 0; unit < units_; ++unit) release(unit);
 }
 
 void UnitShards::finish_backward() {

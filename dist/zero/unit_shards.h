@@ -4,7 +4,8 @@
 // (dist/zero/flat_storage.h); this rank keeps its shard of it in the PsShard. Per run of unit u:
 //   1. before_forward(u): u is all-gathered from every rank's shard (waiting for its prefetch,
 //      if one is in flight); the all-gathers of units u+1 .. u+prefetch start, asynchronous;
-//   2. after_forward(u): u's memory is freed;
+//   2. after_forward(u): u's memory is freed; but for the last unit in grad mode, whose
+//      backward comes next (FSDP keeps its root unit so too): its second gather is saved;
 //   3. before_backward(u): u is gathered again (autograd reads it in u's backward); units
 //      u-1 .. u-prefetch start gathering;
 //   4. after_backward(u): u's gradients, autograd's full-size ones, are copied into a flat
@@ -55,8 +56,11 @@ class UnitShards : public UnitHooks {
   void before_backward(int64_t unit) override;
   void after_backward(int64_t unit) override;
 
-  // The next backward's gradients are the first of a step: they overwrite the shard's.
-  void start_step() { accumulate_ = false; }
+  // The next backward's gradients are the first of a step: they overwrite the shard's. Frees
+  // a last unit kept for a backward that never came.
+  void start_step();
+  // Frees every whole unit (waiting for its gather, if one is in flight).
+  void release_all();
   // After a micro-step's backward: reduce-scatters the units not yet reduce-scattered, in
   // reverse unit order, waits for every reduce-scatter and frees every whole unit. Blocking.
   void finish_backward();

@@ -108,6 +108,11 @@ void Zero3Strategy::before_forward(int64_t step) {
   unit_shards_->start_step();
 }
 
+void Zero3Strategy::before_eval() {
+  ReplicatedStrategy::before_eval();
+  unit_shards_->release_all();  // a last unit kept by a training forward without backward
+}
+
 void Zero3Strategy::after_backward(bool last_micro_step) {
   if (last_micro_step) current_.set_backward_end(comm_->now());
   unit_shards_->finish_backward();

@@ -6,13 +6,14 @@
 // a multiple of the number of ranks and cut into equal shards, shard r on rank r. A step:
 //   1. forward: each unit is all-gathered before it runs and freed after, the next
 //      dist.zero.prefetch units gathered ahead (dist/zero/unit_shards.h);
-//   2. backward: each unit is gathered again before its backward; after it, its gradients are
-//      reduce-scattered (average) into this rank's gradient shard and the unit is freed;
+//   2. backward: each unit is gathered again before its backward (but the last, kept whole
+//      from its forward); after it, its gradients are reduce-scattered (average) into this
+//      rank's gradient shard and the unit is freed;
 //   3. this rank's optimizer steps its shard (dist/ps/shard.h: LARS's and LAMB's per-tensor
 //      norms and LAMB's clipping norm are summed over the ranks, so they are those of the
 //      unsharded run). Nothing is gathered after the step: the next forward does it.
-// Traffic per micro-step: two all-gathers and one reduce-scatter of the padded model, 1.5x
-// DDP's.
+// Traffic per micro-step: two all-gathers (less the last unit's second) and one
+// reduce-scatter of the padded model, at most 1.5x DDP's.
 //
 // Memory held by a rank for the whole run (the `memory/*` stats): its shard of the parameters,
 // of the gradients and of the optimizer state. On top, while a step runs: at most
@@ -56,6 +57,7 @@ class Zero3Strategy : public ReplicatedStrategy {
   void attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) override;
   void before_forward(int64_t step) override;
   void after_backward(bool last_micro_step) override;
+  void before_eval() override;
   // This rank's pieces of the parameters: their gradients are its shard of the averaged ones.
   std::vector<torch::Tensor> gradient_owners() override { return shard_->pieces(); }
   void step(double lr) override;
