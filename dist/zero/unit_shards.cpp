@@ -54,9 +54,10 @@ void UnitShards::gather(int64_t unit) {
 void UnitShards::make_whole(int64_t unit) {
   gather(unit);
   if (state_[unit] != State::kGathering) return;
+  std::shared_ptr<const TimePoint> wait_start = comm_->now();
   gathers_[unit]->wait();
-  record_.add(Collective::kAllGather, Traffic::kParameters, bytes_of(flat_[unit]),
-              std::move(gathers_[unit]));
+  record_.add_prefetched(Collective::kAllGather, bytes_of(flat_[unit]), std::move(gathers_[unit]),
+                         std::move(wait_start));
   state_[unit] = State::kWhole;
 }
 

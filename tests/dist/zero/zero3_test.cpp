@@ -86,7 +86,41 @@ Net net_from(const NamedTensors& state) {
   return net;
 }
 
+// A moment `ms` milliseconds into the step, and an operation between two of them.
+struct At : dtrain::dist::TimePoint {
+  explicit At(double at) : ms(at) {}
+  double ms_until(const TimePoint& later) const override {
+    return static_cast<const At&>(later).ms - ms;
+  }
+  double ms;
+};
+std::shared_ptr<const At> moment(double ms) { return std::make_shared<At>(ms); }
+
+struct Ran : dtrain::dist::Work {
+  Ran(double from, double to) : start(moment(from)), end(moment(to)) {}
+  void wait() override {}
+  bool test() override { return true; }
+  std::shared_ptr<const dtrain::dist::TimePoint> started() const override { return start; }
+  std::shared_ptr<const dtrain::dist::TimePoint> finished() const override { return end; }
+  int source() const override { return 0; }
+  std::shared_ptr<const At> start, end;
+};
+
 }  // namespace
+
+TEST_CASE("A prefetched gather is exposed only from the wait for it on", "[dist][zero]") {
+  using dtrain::dist::Collective;
+  dtrain::dist::StepComm record(0, 2);
+  record.add_prefetched(Collective::kAllGather, 1024, std::make_unique<Ran>(0, 10), moment(4));
+  record.add_prefetched(Collective::kAllGather, 1024, std::make_unique<Ran>(10, 12),
+                        moment(15));
+  record.add(Collective::kAllGather, dtrain::dist::Traffic::kParameters, 1024,
+             std::make_unique<Ran>(20, 23));
+  const dtrain::dist::Stats stats = record.stats();
+  CHECK(stat(stats, "comm/ms") == 15.0);
+  CHECK(stat(stats, "comm/exposed_ms") == 6.0 + 0.0 + 3.0);  // waited 6 of 10; done; blocking
+  CHECK(stat(stats, "comm/bytes") == 3 * 1024.0);
+}
 
 TEST_CASE("A flat buffer's memory comes and goes under every tensor on it", "[dist][zero]") {
   // A parameter moved into the flat buffer, and a view autograd would save in forward
@@ -151,6 +185,7 @@ TEST_CASE("ZeRO-3 on N ranks equals DDP and one rank on the N-times batch", "[di
   CHECK(stat(stats, "comm/bytes") == static_cast<double>((3 * padded - head) * 8 * micro));
   CHECK(stat(stats, "memory/max_whole_units") ==
         static_cast<double>(std::min(prefetch + 1, units)));
+  CHECK(stat(stats, "comm/exposed_ms") <= stat(stats, "comm/ms") + 1e-9);
   // Memory held between steps: 1/N of the padded parameters and of the gradients; the padding
   // is under one element per rank and unit.
   const int64_t n = world()->size(), shard = padded / n;
