@@ -6,6 +6,7 @@
 #include "dist/single.h"
 #include "dist/zero/zero.h"
 #include "dist/zero/zero2.h"
+#include "dist/zero/zero3.h"
 
 #include <fmt/format.h>
 
@@ -27,6 +28,7 @@ std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
   }
   if (options.strategy == StrategyKind::kZero) {
     if (options.zero.stage == 2) return std::make_unique<Zero2Strategy>(options.zero, world);
+    if (options.zero.stage == 3) return std::make_unique<Zero3Strategy>(options.zero, world);
     return std::make_unique<ZeroStrategy>(world);
   }
   if (options.strategy == StrategyKind::kPs) {

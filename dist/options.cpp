@@ -24,22 +24,19 @@ FieldErrors DdpOptions::validate() const { return check_declared(*this); }
 
 void ZeroOptions::declare(OptionSpecs& keys) {
   keys.add("stage", &stage,
-           "ZeRO stage: 1 shards the optimizer state, 2 the gradients too (stage 3 is not "
-           "built yet)")
+           "ZeRO stage: 1 shards the optimizer state, 2 the gradients too, 3 the parameters "
+           "too (each model unit gathered only while it runs)")
       .range(1, 3);
   keys.add("bucket_mb", &bucket_mb,
            "stage 2: gradient MiB per reduce-scatter bucket, each split evenly over the ranks")
       .range(1e-6, 4096.0);
+  keys.add("prefetch", &prefetch,
+           "stage 3: units gathered ahead of the one running (0: none); at most prefetch + 1 "
+           "units are whole at once")
+      .range(0, 1024);
 }
 
-FieldErrors ZeroOptions::validate() const {
-  FieldErrors errors = check_declared(*this);
-  if (stage == 3) {
-    errors.push_back({"stage", "ZeRO stage 3 is not available: this version has stages 1 "
-                               "(sharded optimizer state) and 2 (sharded gradients too)"});
-  }
-  return errors;
-}
+FieldErrors ZeroOptions::validate() const { return check_declared(*this); }
 
 void PsOptions::declare(OptionSpecs& keys) {
   keys.add("placement", &placement,
@@ -110,8 +107,8 @@ FieldErrors CompressionOptions::validate() const {
 void DistOptions::declare(OptionSpecs& keys) {
   keys.add("strategy", &strategy, kStrategyNames,
            "how ranks cooperate: single (one rank), ddp (data parallel), zero (data "
-           "parallel, optimizer state and at dist.zero.stage = 2 gradients sharded over the "
-           "ranks) or ps (parameter server)");
+           "parallel, optimizer state sharded over the ranks, at dist.zero.stage = 2 the "
+           "gradients too, at 3 the parameters too) or ps (parameter server)");
   keys.add("timeout_s", &timeout_s,
            "bound on any collective; a rank that never joins ends the job")
       .range(1.0, 86400.0);
@@ -211,7 +208,8 @@ FieldErrors DistOptions::unused_keys() const {
     if ((of_a_strategy && section != strategy_name(strategy)) || unused_codec) {
       warnings.push_back({key, fmt::format("has no effect under dist.strategy = \"{}\"",
                                            strategy_name(strategy))});
-    } else if (key == "zero.bucket_mb" && zero.stage != 2) {
+    } else if ((key == "zero.bucket_mb" && zero.stage != 2) ||
+               (key == "zero.prefetch" && zero.stage != 3)) {
       warnings.push_back({key, fmt::format("has no effect under dist.zero.stage = {}",
                                            zero.stage)});
     }

@@ -32,15 +32,19 @@ struct DdpOptions {
   FieldErrors validate() const;
 };
 
-// [dist.zero]: ZeRO, the optimizer state (stage 1) and the gradients (stage 2) sharded over
-// the ranks.
+// [dist.zero]: ZeRO, the optimizer state (stage 1), the gradients (stage 2) and the
+// parameters (stage 3) sharded over the ranks.
 struct ZeroOptions {
-  // 1: optimizer state sharded (dist/zero/zero.h); 2: gradients too (dist/zero/zero2.h).
-  // Stage 3 (parameters) is not built yet.
+  // 1: optimizer state sharded (dist/zero/zero.h); 2: gradients too (dist/zero/zero2.h);
+  // 3: parameters too, each model unit gathered only while it runs (dist/zero/zero3.h).
   int64_t stage = 1;
   // Stage 2: gradient MiB per reduce-scatter bucket. Each rank owns 1/ranks of every bucket;
   // smaller buckets start communicating earlier in backward, two are held at a time.
   double bucket_mb = 25.0;
+  // Stage 3: units whose all-gather starts ahead of the one running (forward: the next ones;
+  // backward: the previous ones); at most prefetch + 1 units are whole at once. 0: each unit
+  // is gathered only when it is about to run.
+  int64_t prefetch = 1;
 
   void declare(OptionSpecs& keys);
   FieldErrors validate() const;

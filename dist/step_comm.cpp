@@ -36,6 +36,7 @@ const char* traffic_name(Traffic traffic) {
     case Traffic::kGradients: return "gradients";
     case Traffic::kParameters: return "parameters";
     case Traffic::kSmall: return "buffers";
+    case Traffic::kPrefetched: return "parameters, prefetched";
   }
   return "?";
 }
@@ -45,6 +46,12 @@ const char* traffic_name(Traffic traffic) {
 void StepComm::add(Collective kind, Traffic traffic, int64_t bytes, std::unique_ptr<Work> work,
                    int root) {
   ops_.push_back({kind, traffic, bytes, root, std::move(work), rank_, ranks_});
+}
+
+void StepComm::add_prefetched(Collective kind, int64_t bytes, std::unique_ptr<Work> work,
+                              std::shared_ptr<const TimePoint> wait_start) {
+  ops_.push_back({kind, Traffic::kPrefetched, bytes, 0, std::move(work), rank_, ranks_,
+                  std::move(wait_start)});
 }
 
 void StepComm::add_in_group(int rank, int ranks, Collective kind, Traffic traffic, int64_t bytes,
@@ -84,6 +91,8 @@ Stats StepComm::stats() const {
     bulk_ms += op_ms;
     if (op.traffic == Traffic::kParameters) {
       blocking_ms += op_ms;
+    } else if (op.traffic == Traffic::kPrefetched) {
+      blocking_ms += std::max(0.0, op.wait_start->ms_until(*op.work->finished()));
     } else if (backward_end_) {
       gradient_tail_ms = std::max(gradient_tail_ms, backward_end_->ms_until(*op.work->finished()));
     }

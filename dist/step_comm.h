@@ -10,7 +10,8 @@
 //   comm/collectives  operations issued
 //   comm/ms           time the operations ran, summed
 //   comm/exposed_ms   what the step waited for: gradient traffic from the end of backward to
-//                     the end of its last operation, plus every blocking operation whole
+//                     the end of its last operation, plus every blocking operation whole, plus
+//                     what was left of a prefetched gather when the rank began to wait for it
 //   comm/busbw_gbps   bus bandwidth of the gradient and parameter traffic: sum of payload x
 //                     the collective's factor (2(n-1)/n all-reduce, (n-1)/n reduce-scatter
 //                     and all-gather, 1 broadcast, reduce and point-to-point) over comm/ms
@@ -32,6 +33,7 @@ enum class Traffic {
   kGradients,   // launched from backward's hooks or right after it: only the tail is exposed
   kParameters,  // blocking, and part of the bandwidth figure (ZeRO's all-gather, PS pulls)
   kSmall,       // blocking, latency-bound (BatchNorm buffers, control): not in the bandwidth
+  kPrefetched,  // parameters gathered ahead of their use (ZeRO-3): exposed from the wait on
 };
 
 class StepComm {
@@ -45,6 +47,10 @@ class StepComm {
   // send or recv; ignored otherwise.
   void add(Collective kind, Traffic traffic, int64_t bytes, std::unique_ptr<Work> work,
            int root = 0);
+  // A parameter gather issued ahead of its use, which this rank began to wait for at
+  // `wait_start` (Communicator::now() before the wait): only the rest of it is exposed.
+  void add_prefetched(Collective kind, int64_t bytes, std::unique_ptr<Work> work,
+                      std::shared_ptr<const TimePoint> wait_start);
   // The same for an operation of a subgroup (a node's communicator), where this rank is
   // `rank` of `ranks`: the wire formulas take the subgroup's size.
   void add_in_group(int rank, int ranks, Collective kind, Traffic traffic, int64_t bytes,
@@ -66,6 +72,7 @@ class StepComm {
     int root;
     std::unique_ptr<Work> work;
     int rank, ranks;  // in the communicator the operation ran on
+    std::shared_ptr<const TimePoint> wait_start = nullptr;  // kPrefetched
   };
   int rank_, ranks_;
   std::vector<Op> ops_;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "common/files.h"
+#include "common/units.h"
 #include "dist/comm/communicator.h"
 #include "dist/strategy.h"
 #include "optim/optimizer.h"
@@ -42,8 +43,10 @@ struct NetOptions {
 };
 
 // head(tanh(middle(tanh(body(x))))). The head is registered first, so backward's gradient
-// order differs from reversed registration order (DDP's first bucket guess).
-struct NetImpl : torch::nn::Module {
+// order differs from reversed registration order (DDP's first bucket guess). Its units
+// (common/units.h), for ZeRO-3: unused (listed first: it never runs), body, norm, middle,
+// head; without unit hooks they are plain calls.
+struct NetImpl : dtrain::UnitModule {
   explicit NetImpl(NetOptions options = {}) {
     head = register_module("head", torch::nn::Linear(kHidden, kClasses));
     body = register_module("body", torch::nn::Linear(kIn, kHidden));
@@ -51,10 +54,21 @@ struct NetImpl : torch::nn::Module {
     if (options.with_unused) unused = register_module("unused", torch::nn::Linear(2, 2));
     if (options.with_norm) norm = register_module("norm", torch::nn::BatchNorm1d(kHidden));
   }
+  std::vector<dtrain::Unit> units() override {
+    std::vector<dtrain::Unit> units;
+    if (unused) units.push_back({"unused.", unused.ptr().get()});
+    units.push_back({"body.", body.ptr().get()});
+    if (norm) units.push_back({"norm.", norm.ptr().get()});
+    units.push_back({"middle.", middle.ptr().get()});
+    units.push_back({"head.", head.ptr().get()});
+    return units;
+  }
   torch::Tensor forward(torch::Tensor x) {
-    torch::Tensor h = body(x);
-    if (norm) h = norm(h);
-    return head(torch::tanh(middle(torch::tanh(h))));
+    int64_t unit = unused ? 1 : 0;
+    torch::Tensor h = run_unit(unit++, x, [this](const torch::Tensor& in) { return body(in); });
+    if (norm) h = run_unit(unit++, h, [this](const torch::Tensor& in) { return norm(in); });
+    h = run_unit(unit++, torch::tanh(h), [this](const torch::Tensor& in) { return middle(in); });
+    return run_unit(unit, torch::tanh(h), [this](const torch::Tensor& in) { return head(in); });
   }
   torch::nn::Linear head{nullptr}, body{nullptr}, middle{nullptr}, unused{nullptr};
   torch::nn::BatchNorm1d norm{nullptr};

@@ -43,8 +43,8 @@ done
 expect_failure "truncated dataset" "truncated" -- \
   "${cfg[@]}" --set data.path="$tmp/truncated" --set train.max_steps=1
 
-expect_failure "ZeRO stage 3" "ZeRO stage 3 is not available: this version has stages 1" -- \
-  "${cfg[@]}" --set dist.strategy=zero --set dist.zero.stage=3
+expect_failure "ZeRO-3 prefetch below zero" "dist.zero.prefetch: -1 is outside [0, 1024]" -- \
+  "${cfg[@]}" --set dist.strategy=zero --set dist.zero.stage=3 --set dist.zero.prefetch=-1
 expect_failure "batch larger than the dataset" "exceeds the 60000 training samples" -- \
   "${cfg[@]}" --set data.batch_size=100000 --set train.max_steps=1 --set run.device=cpu
 command -v nvidia-smi >/dev/null || expect_failure "cuda on a machine without it" "no CUDA device is usable" -- \

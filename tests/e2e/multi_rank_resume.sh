@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# DDP, ZeRO-1, ZeRO-2 and the parameter server (bsp) over 2 ranks: 6 steps, checkpoint, resume,
-# 6 more steps gives bitwise the weights of 12 straight steps (momentum, sharded or not, on
-# servers or not, and BatchNorm statistics restored on every rank); and so does a DDP
-# checkpoint resumed under ZeRO-1 and under ZeRO-2.
+# DDP, ZeRO-1, ZeRO-2, ZeRO-3 and the parameter server (bsp) over 2 ranks: 6 steps, checkpoint,
+# resume, 6 more steps gives bitwise the weights of 12 straight steps (momentum, sharded or
+# not, on servers or not, and BatchNorm statistics restored on every rank); and so does a DDP
+# checkpoint resumed under ZeRO-1, ZeRO-2 and ZeRO-3.
 #   usage: ... TRAINER SOURCE_DIR
 set -euo pipefail
 trainer=$1 source=$2
@@ -17,13 +17,13 @@ run() {  # OUT_DIR [ARGS...]
     --set data.batch_size=16 --set model.width=8 --set schedule.warmup_epochs=0.002 \
     --set run.log_every=6 "$@" >"$out.log" 2>&1 || { cat "$out.log"; exit 1; }
 }
-args_of() {  # STRATEGY: zero2 is zero at stage 2
+args_of() {  # STRATEGY: zeroN is zero at stage N
   case $1 in
-    zero2) echo "--set dist.strategy=zero --set dist.zero.stage=2" ;;
+    zero2|zero3) echo "--set dist.strategy=zero --set dist.zero.stage=${1#zero}" ;;
     *) echo "--set dist.strategy=$1" ;;
   esac
 }
-for strategy in ddp zero zero2 ps; do
+for strategy in ddp zero zero2 zero3 ps; do
   # shellcheck disable=SC2046 # the arguments split on purpose
   run "$tmp/$strategy-straight" $(args_of $strategy)
   mkdir -p "$tmp/$strategy-resumed/r/checkpoints"
@@ -36,7 +36,7 @@ for strategy in ddp zero zero2 ps; do
       "$tmp/$strategy-resumed/r/checkpoints/step_00000012/model.pt"
   echo "ok: resumed $strategy run matches the straight run bitwise"
 done
-for zero in zero zero2; do
+for zero in zero zero2 zero3; do
   mkdir -p "$tmp/ddp-to-$zero/r/checkpoints"
   cp -r "$tmp/ddp-straight/r/checkpoints/step_00000006" "$tmp/ddp-to-$zero/r/checkpoints/"
   # shellcheck disable=SC2046

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A NaN loss on one rank (debug.nan_loss_steps, debug.nan_loss_ranks) through the trainer,
 # under mpirun, 2 ranks:
-#   - train.nonfinite = "skip", ddp and zero (stages 1 and 2): the step is skipped on every rank
-#     with one warning and counted; all three still take the same steps (the same loss at the
-#     end);
+#   - train.nonfinite = "skip", ddp and zero (stages 1, 2 and 3): the step is skipped on every
+#     rank with one warning and counted; all four still take the same steps (the same loss at
+#     the end);
 #     the checkpoint written after the skip resumes to the straight run's loss, bit for bit;
 #   - train.nonfinite = "stop", ddp and ps: the run ends non-zero with a line naming the
 #     divergence, and the checkpoint before it loads.
@@ -22,11 +22,13 @@ train() {  # NAME [ARGS...]
 final_loss() { grep -o 'step 10/10 | epoch 0 | loss [0-9.]*' "$work/$1.log" | grep -o '[0-9.]*$'; }
 nan_on_rank_1=(--set "debug.nan_loss_steps=[3]" --set "debug.nan_loss_ranks=[1]")
 
-strategy_args() {  # STRATEGY: zero2 is zero at stage 2
-  if [ "$1" = zero2 ]; then echo "--set dist.strategy=zero --set dist.zero.stage=2"; else
-    echo "--set dist.strategy=$1"; fi
+strategy_args() {  # STRATEGY: zeroN is zero at stage N
+  case $1 in
+    zero2|zero3) echo "--set dist.strategy=zero --set dist.zero.stage=${1#zero}" ;;
+    *) echo "--set dist.strategy=$1" ;;
+  esac
 }
-for strategy in ddp zero zero2; do
+for strategy in ddp zero zero2 zero3; do
   # shellcheck disable=SC2046 # the arguments split on purpose
   train "skip_$strategy" $(strategy_args $strategy) --set train.nonfinite=skip \
     --set train.max_steps=10 --set train.checkpoint_every=5 "${nan_on_rank_1[@]}" ||
@@ -36,12 +38,12 @@ for strategy in ddp zero zero2; do
   grep -q '"loss/skipped_steps":1' "$work/skip_$strategy/metrics.jsonl" ||
     fail "$strategy: the skipped step is not counted"
 done
-for zero in zero zero2; do
+for zero in zero zero2 zero3; do
   [ -n "$(final_loss skip_ddp)" ] && [ "$(final_loss skip_ddp)" = "$(final_loss skip_$zero)" ] ||
     fail "ddp and $zero disagree after the skipped step:" \
       "$(final_loss skip_ddp) $(final_loss skip_$zero)"
 done
-echo "ok: a NaN on rank 1 skips step 3 on every rank; ddp, zero and zero2 end at loss" \
+echo "ok: a NaN on rank 1 skips step 3 on every rank; ddp, zero, zero2 and zero3 end at loss" \
   "$(final_loss skip_ddp)"
 
 # The step-5 checkpoint (after the skip) resumed to step 10: the straight run's loss.

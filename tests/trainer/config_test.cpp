@@ -218,13 +218,10 @@ overlap = false
   CHECK(warnings_of(resolved).empty());
 }
 
-TEST_CASE("dist.zero.stage: 1 and 2 load, any other is one line naming what is built",
+TEST_CASE("dist.zero.stage: 1, 2 and 3 load, any other is one line naming the range",
           "[config]") {
   CHECK(problems_of("", {"dist.strategy=zero", "dist.zero.stage=2"}).empty());
-  CHECK(problems_of("", {"dist.strategy=zero", "dist.zero.stage=3"}) ==
-        std::vector<std::string>{"--set dist.zero.stage: ZeRO stage 3 is not available: this "
-                                 "version has stages 1 (sharded optimizer state) and 2 "
-                                 "(sharded gradients too)"});
+  CHECK(problems_of("", {"dist.strategy=zero", "dist.zero.stage=3"}).empty());
   for (const std::string stage : {"0", "4"}) {
     CHECK(problems_of("", {"dist.strategy=zero", "dist.zero.stage=" + stage}) ==
           std::vector<std::string>{"--set dist.zero.stage: " + stage + " is outside [1, 3]"});
@@ -233,6 +230,22 @@ TEST_CASE("dist.zero.stage: 1 and 2 load, any other is one line naming what is b
         std::vector<std::string>{"--set dist.zero.bucket_mb: has no effect under "
                                  "dist.zero.stage = 1"});
   CHECK(warnings_of("", {"dist.strategy=zero", "dist.zero.stage=2", "dist.zero.bucket_mb=4"})
+            .empty());
+}
+
+TEST_CASE("dist.zero.prefetch: a count of units >= 0, for stage 3 only", "[config]") {
+  CHECK(problems_of("", {"dist.strategy=zero", "dist.zero.stage=3", "dist.zero.prefetch=0"})
+            .empty());
+  CHECK(problems_of("", {"dist.strategy=zero", "dist.zero.stage=3", "dist.zero.prefetch=-1"}) ==
+        std::vector<std::string>{"--set dist.zero.prefetch: -1 is outside [0, 1024]"});
+  const std::vector<std::string> fractional =
+      problems_of("", {"dist.strategy=zero", "dist.zero.stage=3", "dist.zero.prefetch=1.5"});
+  REQUIRE(fractional.size() == 1);
+  CHECK(contains(fractional[0], "--set dist.zero.prefetch: expected an integer"));
+  CHECK(warnings_of("", {"dist.strategy=zero", "dist.zero.stage=2", "dist.zero.prefetch=2"}) ==
+        std::vector<std::string>{"--set dist.zero.prefetch: has no effect under "
+                                 "dist.zero.stage = 2"});
+  CHECK(warnings_of("", {"dist.strategy=zero", "dist.zero.stage=3", "dist.zero.prefetch=2"})
             .empty());
 }
 

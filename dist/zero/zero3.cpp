@@ -1,0 +1,220 @@
+#include "dist/zero/zero3.h"
+
+#include "common/error.h"
+#include "common/log.h"
+#include "dist/comm/gather.h"
+#include "dist/optimizer_state.h"
+#include "dist/ps/whole_state.h"
+#include "dist/zero/bucket_shards.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <numeric>
+
+namespace dtrain::dist {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+torch::Tensor bytes_tensor(const std::string& bytes) {
+  torch::Tensor tensor = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+  std::memcpy(tensor.data_ptr(), bytes.data(), bytes.size());
+  return tensor;
+}
+
+}  // namespace
+
+Zero3Strategy::Zero3Strategy(ZeroOptions options, std::shared_ptr<Communicator> comm)
+    : ReplicatedStrategy(std::move(comm)), options_(std::move(options)) {
+  if (!comm_->device().is_cpu()) {
+    throw UserError(
+        "dist.strategy = \"zero\" at dist.zero.stage = 3 runs on CPU ranks only in this "
+        "version: its NCCL path has not been validated on GPUs yet; use dist.strategy = "
+        "\"ddp\" on GPUs");
+  }
+}
+
+Zero3Strategy::~Zero3Strategy() {
+  if (units_) units_->set_unit_hooks(nullptr);
+}
+
+void Zero3Strategy::attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) {
+  units_ = dynamic_cast<UnitModule*>(&model);
+  if (units_ == nullptr) {
+    throw UserError("dist.zero.stage = 3 needs a model made of units (dtrain::UnitModule, as "
+                    "every model in models/ is), to gather each unit around its forward and "
+                    "backward; use stage 2 for this model");
+  }
+  hold(model);
+  require_one_dtype(params_, names_, "zero");
+  make_optimizer_ = make_optimizer;
+  buffer_sync_ = std::make_unique<BufferSync>(buffers_, comm_, BufferPolicy::kBroadcast);
+
+  std::vector<int64_t> numels;
+  for (const torch::Tensor& param : params_) numels.push_back(param.numel());
+  plan_ = rank_aligned_plan(packed_layout(unit_params(), params_), numels, comm_->size());
+  shard_ = std::make_unique<PsShard>(plan_, comm_->rank(), params_, params_.front().device(),
+                                     make_optimizer, PsShard::sum_over(comm_),
+                                     /*whole_tensors=*/false);
+  unit_shards_ = std::make_unique<UnitShards>(plan_, params_, *shard_, comm_, options_.prefetch,
+                                              current_);
+  units_->set_unit_hooks(unit_shards_.get());
+  if (comm_->rank() == 0) {
+    const int64_t element_size = static_cast<int64_t>(params_.front().element_size());
+    log::info("zero stage 3: {} units, each cut into {} shards; each rank holds {:.3f} of the "
+              "{:.3f} MiB of parameters, with at most {} unit(s) whole at once",
+              plan_.layout.size(), comm_->size(),
+              static_cast<double>(shard_->numel() * element_size) / kMiB,
+              static_cast<double>(std::accumulate(numels.begin(), numels.end(), int64_t{0}) *
+                                  element_size) / kMiB,
+              options_.prefetch + 1);
+  }
+}
+
+std::vector<std::vector<int64_t>> Zero3Strategy::unit_params() const {
+  std::vector<std::vector<int64_t>> units;
+  std::vector<bool> placed(params_.size(), false);
+  for (const Unit& unit : units_->units()) {
+    units.emplace_back();
+    for (const torch::Tensor& param : unit.module->parameters()) {
+      const int64_t index = param_index(param);
+      if (index < 0) continue;  // frozen: not the optimizer's, stays whole
+      DTRAIN_CHECK(!placed[index], "zero stage 3: parameter {} is in two units", names_[index]);
+      placed[index] = true;
+      units.back().push_back(index);
+    }
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!placed[i]) {
+      throw UserError(fmt::format("dist.zero.stage = 3: parameter {} belongs to none of the "
+                                  "model's units, so nothing would gather it; use stage 2",
+                                  names_[i]));
+    }
+  }
+  return units;
+}
+
+int64_t Zero3Strategy::param_index(const torch::Tensor& tensor) const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].is_same(tensor)) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+void Zero3Strategy::before_forward(int64_t step) {
+  ReplicatedStrategy::before_forward(step);
+  unit_shards_->start_step();
+}
+
+void Zero3Strategy::before_eval() {
+  ReplicatedStrategy::before_eval();
+  unit_shards_->release_all();  // a last unit kept by a training forward without backward
+}
+
+void Zero3Strategy::after_backward(bool last_micro_step) {
+  if (last_micro_step) current_.set_backward_end(comm_->now());
+  unit_shards_->finish_backward();
+  if (last_micro_step) shard_->bind_grads();  // a skipped step may have released them
+}
+
+void Zero3Strategy::step(double lr) {
+  shard_->step(lr);
+  end_step_record();
+}
+
+std::vector<torch::Tensor> Zero3Strategy::whole_params() const {
+  std::vector<torch::Tensor> whole(params_.size());
+  for (size_t u = 0; u < plan_.layout.size(); ++u) {
+    const BucketLayout& layout = plan_.layout[u];
+    if (layout.params.empty()) continue;
+    const torch::Tensor flat = unit_shards_->gather_copy(static_cast<int64_t>(u));
+    for (size_t i = 0; i < layout.params.size(); ++i) {
+      const torch::Tensor& param = params_[layout.params[i]];
+      whole[layout.params[i]] = flat.as_strided(param.sizes(), param.strides(), layout.offsets[i]);
+    }
+  }
+  return whole;
+}
+
+NamedTensors Zero3Strategy::model_state() {
+  NamedTensors state = module_state(*model_);
+  const std::vector<torch::Tensor> whole = whole_params();
+  for (auto& item : state) {
+    const int64_t index = param_index(item.second);
+    if (index >= 0) item.second = whole[index];
+  }
+  return state;
+}
+
+void Zero3Strategy::load_model_state(const NamedTensors& state) {
+  const NamedTensors own = module_state(*model_);
+  DTRAIN_CHECK(state.size() == own.size(), "state of {} tensors for a model of {}", state.size(),
+               own.size());
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> whole(params_.size());
+  NamedTensors rest, rest_targets;
+  for (size_t i = 0; i < own.size(); ++i) {
+    const int64_t index = param_index(own[i].second);
+    if (index < 0) {
+      rest.push_back(state[i]);
+      rest_targets.push_back(own[i]);
+      continue;
+    }
+    DTRAIN_CHECK(state[i].first == own[i].first, "state holds {} where the model has {}",
+                 state[i].first, own[i].first);
+    const torch::Tensor& param = params_[index];
+    whole[index] = torch::empty_strided(param.sizes(), param.strides(), param.options());
+    whole[index].copy_(state[i].second);
+  }
+  copy_state(rest, rest_targets);
+  shard_->set_params(whole);
+}
+
+void Zero3Strategy::prepare_checkpoint() {
+  std::vector<torch::Tensor> whole = whole_params();
+  const torch::Tensor mine = ps::encode(shard_->state());
+  std::vector<std::string> all = all_gather_bytes(
+      *comm_, std::string(static_cast<const char*>(mine.data_ptr()),
+                          static_cast<size_t>(mine.numel())));
+  gathered_.clear();
+  checkpoint_params_.clear();
+  if (comm_->rank() != 0) return;  // only rank 0 writes
+  for (const std::string& bytes : all) gathered_.push_back(ps::decode(bytes_tensor(bytes), {}));
+  checkpoint_params_ = std::move(whole);
+}
+
+void Zero3Strategy::save(const std::string& dir) const {
+  DTRAIN_CHECK(static_cast<int>(gathered_.size()) == comm_->size(),
+               "zero: save() without prepare_checkpoint() on every rank");
+  save_optimizer(*whole_optimizer(plan_, checkpoint_params_, make_optimizer_, gathered_), dir);
+  checkpoint_params_.clear();  // a whole model held on rank 0 is what stage 3 avoids
+}
+
+void Zero3Strategy::load(const std::string& dir) {
+  // Every rank reads the whole state (any strategy's layout) and keeps its pieces.
+  const std::vector<torch::Tensor> whole = whole_params();
+  std::unique_ptr<torch::optim::Optimizer> optimizer = make_optimizer_(whole);
+  load_optimizer_state(dir, whole, 0, static_cast<int64_t>(whole.size()), make_optimizer_,
+                       *optimizer);
+  shard_->load_state(server_state(plan_, comm_->rank(), whole, optimizer.get()));
+}
+
+ReplicatedStrategy::MemoryBytes Zero3Strategy::memory() const {
+  const int64_t shard_bytes =
+      shard_->numel() * static_cast<int64_t>(params_.front().element_size());
+  MemoryBytes bytes;
+  bytes.parameters = shard_bytes;
+  bytes.gradients = shard_bytes;
+  bytes.optimizer_state = static_cast<int64_t>(shard_->optimizer_state_mb() * kMiB);
+  return bytes;
+}
+
+Stats Zero3Strategy::stats() const {
+  Stats stats = ReplicatedStrategy::stats();
+  stats.push_back({"memory/max_whole_units", static_cast<double>(max_whole_units())});
+  return stats;
+}
+
+}  // namespace dtrain::dist

@@ -1,0 +1,325 @@
+// ZeRO stage 3 against one process on the whole batch and against DDP
+// (tests/dist/equivalence.h): N ranks of batch b, each keeping only its shard of every unit's
+// parameters, gradients and optimizer state, must take exactly the steps one process takes on
+// batch N*b, with every optimizer (LARS's and LAMB's norms over tensors split across ranks,
+// LAMB's clipping over all of them), with gradient accumulation and with any prefetch depth;
+// the units (70, 110 and 33 parameters) divide by none of 2, 3 and 4 ranks. Between steps no
+// unit holds memory, a rank's parameters are 1/N of the model plus padding, and no more than
+// prefetch + 1 units are ever whole. Checkpoints go to and from stage 2 and DDP on another
+// number of ranks. Float64: tolerance 1e-12.
+#include "common/error.h"
+#include "dist/ddp/ddp.h"
+#include "dist/zero/zero.h"
+#include "dist/zero/zero2.h"
+#include "dist/zero/flat_storage.h"
+#include "dist/zero/zero3.h"
+
+#include "equivalence.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <iostream>
+#include <numeric>
+
+using dtrain::dist::NamedTensors;
+using dtrain::dist::Zero3Strategy;
+using Catch::Matchers::Contains;
+using namespace equivalence;
+
+namespace {
+
+dtrain::dist::ZeroOptions stage3(int64_t prefetch = 1) {
+  dtrain::dist::ZeroOptions options;
+  options.stage = 3;
+  options.prefetch = prefetch;
+  return options;
+}
+
+enum class Kind { kDdp, kZero1, kZero2, kZero3 };
+
+const char* name_of(Kind kind) {
+  switch (kind) {
+    case Kind::kDdp: return "ddp";
+    case Kind::kZero1: return "zero stage 1";
+    case Kind::kZero2: return "zero stage 2";
+    case Kind::kZero3: return "zero stage 3";
+  }
+  return "";
+}
+
+std::unique_ptr<dtrain::dist::Strategy> make_strategy(
+    Kind kind, std::shared_ptr<dtrain::dist::Communicator> comm = world()) {
+  dtrain::dist::ZeroOptions zero;
+  switch (kind) {
+    case Kind::kZero3: return std::make_unique<Zero3Strategy>(stage3(), std::move(comm));
+    case Kind::kZero2:
+      zero.stage = 2;
+      return std::make_unique<dtrain::dist::Zero2Strategy>(zero, std::move(comm));
+    case Kind::kZero1: return std::make_unique<dtrain::dist::ZeroStrategy>(std::move(comm));
+    case Kind::kDdp: break;
+  }
+  return std::make_unique<dtrain::dist::DdpStrategy>(dtrain::dist::DdpOptions{}, std::move(comm));
+}
+
+// Under stage 3 the model's parameters hold no memory between steps: they are compared
+// through the strategy's consolidated state, by name.
+double max_difference(const NamedTensors& state, torch::nn::Module& reference) {
+  double worst = 0.0;
+  const auto params = reference.named_parameters();
+  for (const auto& [name, tensor] : state) {
+    const torch::Tensor* other = params.find(name);
+    if (other == nullptr) continue;  // a buffer
+    worst = std::max(worst, (tensor - *other).abs().max().item<double>());
+  }
+  return worst;
+}
+
+// A new model holding the consolidated state's weights.
+Net net_from(const NamedTensors& state) {
+  Net net = make_net();
+  torch::NoGradGuard no_grad;
+  auto params = net->named_parameters();
+  for (const auto& [name, tensor] : state) {
+    if (torch::Tensor* param = params.find(name)) param->copy_(tensor);
+  }
+  return net;
+}
+
+// A moment `ms` milliseconds into the step, and an operation between two of them.
+struct At : dtrain::dist::TimePoint {
+  explicit At(double at) : ms(at) {}
+  double ms_until(const TimePoint& later) const override {
+    return static_cast<const At&>(later).ms - ms;
+  }
+  double ms;
+};
+std::shared_ptr<const At> moment(double ms) { return std::make_shared<At>(ms); }
+
+struct Ran : dtrain::dist::Work {
+  Ran(double from, double to) : start(moment(from)), end(moment(to)) {}
+  void wait() override {}
+  bool test() override { return true; }
+  std::shared_ptr<const dtrain::dist::TimePoint> started() const override { return start; }
+  std::shared_ptr<const dtrain::dist::TimePoint> finished() const override { return end; }
+  int source() const override { return 0; }
+  std::shared_ptr<const At> start, end;
+};
+
+}  // namespace
+
+TEST_CASE("A prefetched gather is exposed only from the wait for it on", "[dist][zero]") {
+  using dtrain::dist::Collective;
+  dtrain::dist::StepComm record(0, 2);
+  record.add_prefetched(Collective::kAllGather, 1024, std::make_unique<Ran>(0, 10), moment(4));
+  record.add_prefetched(Collective::kAllGather, 1024, std::make_unique<Ran>(10, 12),
+                        moment(15));
+  record.add(Collective::kAllGather, dtrain::dist::Traffic::kParameters, 1024,
+             std::make_unique<Ran>(20, 23));
+  const dtrain::dist::Stats stats = record.stats();
+  CHECK(stat(stats, "comm/ms") == 15.0);
+  CHECK(stat(stats, "comm/exposed_ms") == 6.0 + 0.0 + 3.0);  // waited 6 of 10; done; blocking
+  CHECK(stat(stats, "comm/bytes") == 3 * 1024.0);
+}
+
+TEST_CASE("A flat buffer's memory comes and goes under every tensor on it", "[dist][zero]") {
+  // A parameter moved into the flat buffer, and a view autograd would save in forward
+  // (Linear's weight.t()), see the values written after the memory was freed and given back.
+  torch::Tensor flat = torch::zeros({8}, torch::kFloat64);
+  torch::Tensor param = torch::ones({2, 3}, torch::kFloat64);
+  dtrain::dist::move_into_flat(param, flat, 1);
+  const torch::Tensor transposed = param.t();
+  dtrain::dist::free_storage(flat);
+  CHECK(param.storage().nbytes() == 0);
+  CHECK(transposed.storage().nbytes() == 0);
+  dtrain::dist::allocate_storage(flat);
+  flat.copy_(torch::arange(8, torch::kFloat64));
+  CHECK(torch::equal(param, torch::arange(1, 7, torch::kFloat64).view({2, 3})));
+  CHECK(torch::equal(transposed, param.t()));
+  CHECK(param.storage().nbytes() == 8 * 8);
+}
+
+TEST_CASE("ZeRO-3 on N ranks equals DDP and one rank on the N-times batch", "[dist][zero]") {
+  const std::string name = GENERATE("sgd", "adamw", "lars", "lamb");
+  const int64_t micro = GENERATE(1, 2);
+  const int64_t prefetch = GENERATE(0, 1, 3);
+  INFO("optimizer " << name << ", " << micro << " micro-steps, prefetch " << prefetch);
+  const auto options = optimizer_options(name);
+  const Data data = make_data(world()->size());
+  Net reference = train_reference(data, options);
+
+  Net ddp_net = make_net();
+  dtrain::dist::DdpStrategy ddp(dtrain::dist::DdpOptions{}, world());
+  ddp.attach(*ddp_net, factory(options));
+  train(ddp_net, ddp, data, 0, kSteps, options.lr, micro);
+
+  Net net = make_net(static_cast<uint64_t>(world()->rank()));
+  Zero3Strategy strategy(stage3(prefetch), world());
+  strategy.attach(*net, factory(options));
+  train(net, strategy, data, 0, kSteps, options.lr, micro);
+  const NamedTensors state = strategy.model_state();
+  const double from_ddp = max_difference(state, *ddp_net);
+  CHECK(from_ddp < kTolerance);
+  CHECK(max_difference(state, *reference) < kTolerance);
+  if (world()->rank() == 0 && prefetch == 1) {
+    std::cout << "zero stage 3 vs ddp, np" << world()->size() << ", " << name << ", micro "
+              << micro << ": max |difference| " << from_ddp << "\n";
+  }
+
+  // Whole units: the one running and `prefetch` ahead of it, never more; none between steps,
+  // when every parameter's storage holds no memory.
+  const auto& plan = strategy.plan();
+  const int64_t units = static_cast<int64_t>(plan.layout.size());
+  CHECK(strategy.max_whole_units() == std::min(prefetch + 1, units));
+  CHECK(strategy.whole_units() == 0);
+  for (const torch::Tensor& param : net->parameters()) CHECK(param.storage().nbytes() == 0);
+
+  // The last step's communication, per micro-step and unit: an all-gather before its forward
+  // and before its backward, a reduce-scatter after it, each of the padded unit; the last unit
+  // (the head) stays whole from its forward to its backward.
+  int64_t padded = 0;
+  for (const auto& unit : plan.layout) padded += unit.numel;
+  const int64_t head = plan.layout.back().numel;
+  const dtrain::dist::Stats stats = strategy.stats();
+  CHECK(stat(stats, "comm/collectives") == static_cast<double>((3 * units - 1) * micro));
+  CHECK(stat(stats, "comm/bytes") == static_cast<double>((3 * padded - head) * 8 * micro));
+  CHECK(stat(stats, "memory/max_whole_units") ==
+        static_cast<double>(std::min(prefetch + 1, units)));
+  CHECK(stat(stats, "comm/exposed_ms") <= stat(stats, "comm/ms") + 1e-9);
+  // Memory held between steps: 1/N of the padded parameters and of the gradients; the padding
+  // is under one element per rank and unit.
+  const int64_t n = world()->size(), shard = padded / n;
+  int64_t total = 0;
+  for (const torch::Tensor& param : reference->parameters()) total += param.numel();
+  CHECK(padded - total < units * n);
+  CHECK(stat(stats, "memory/parameters_mb") * (1 << 20) == static_cast<double>(shard * 8));
+  CHECK(stat(stats, "memory/gradients_mb") * (1 << 20) == static_cast<double>(shard * 8));
+}
+
+TEST_CASE("ZeRO-3 evaluates without grad mode, gathering each unit around its forward",
+          "[dist][zero]") {
+  const auto options = optimizer_options("adamw");
+  const Data data = make_data(world()->size());
+  Net reference = train_reference(data, options);
+  Net net = make_net();
+  Zero3Strategy strategy(stage3(), world());
+  strategy.attach(*net, factory(options));
+  train(net, strategy, data, 0, kSteps, options.lr);
+  torch::NoGradGuard no_grad;
+  strategy.before_eval();
+  const torch::Tensor logits = net->forward(data.x[0]);
+  CHECK((logits - reference->forward(data.x[0])).abs().max().item<double>() < kTolerance);
+  CHECK(strategy.whole_units() == 0);
+  CHECK(strategy.max_whole_units() <= 2);
+}
+
+TEST_CASE("ZeRO-3 steps a unit parameter without gradient as a zero gradient", "[dist][zero]") {
+  // The unused layer is a unit that never runs: never gathered, reduce-scattered as zeros.
+  // As in DDP's test with find_unused: no weight decay, which alone would tell a skipped
+  // parameter from one stepped with a zero gradient.
+  const NetOptions with_unused{true, false};
+  auto sgd = optimizer_options("sgd");
+  sgd.weight_decay = 0.0;
+  const Data data = make_data(world()->size());
+  Net reference = train_reference(data, sgd, with_unused);
+  Net net = make_net(0, with_unused);
+  Zero3Strategy strategy(stage3(), world());
+  strategy.attach(*net, factory(sgd));
+  train(net, strategy, data, 0, kSteps, sgd.lr, 2);
+  CHECK(max_difference(strategy.model_state(), *reference) < kTolerance);
+  CHECK(strategy.max_whole_units() <= 2);
+}
+
+TEST_CASE("ZeRO-3 needs a model made of units", "[dist][zero]") {
+  torch::nn::Linear plain(3, 2);
+  plain->to(device(), torch::kFloat64);
+  Zero3Strategy strategy(stage3(), world());
+  CHECK_THROWS_WITH(strategy.attach(*plain, factory(optimizer_options("sgd"))),
+                    Contains("dtrain::UnitModule"));
+}
+
+TEST_CASE("ZeRO-3 resumes from and into stage 1, stage 2 and DDP on another number of ranks",
+          "[dist][zero]") {
+  // Steps 0-1 under the first strategy on the first min(2, N) ranks (global batch 2b),
+  // checkpoint, steps 2-3 under the second on all N ranks (global batch Nb): the same as one
+  // rank taking those two batch sizes.
+  const auto [first_kind, second_kind] = GENERATE(table<Kind, Kind>(
+      {{Kind::kZero3, Kind::kZero3}, {Kind::kZero3, Kind::kZero2}, {Kind::kZero2, Kind::kZero3},
+       {Kind::kZero3, Kind::kDdp}, {Kind::kDdp, Kind::kZero3}, {Kind::kZero1, Kind::kZero3}}));
+  INFO(name_of(first_kind) << ", then " << name_of(second_kind));
+  const auto options = optimizer_options("lamb");
+  const int64_t n = world()->size(), writers = std::min<int64_t>(2, n);
+  const Data data = make_data(n);
+  Net reference = train_reference_resumed(data, options, writers, n);
+
+  const std::string dir = fresh_directory("zero3_reshard_test");
+  const bool writer = world()->rank() < writers;
+  std::shared_ptr<dtrain::dist::Communicator> group =
+      world()->split(writer ? 0 : 1, world()->rank());
+  Net trained = make_net();
+  if (writer) {
+    Net net = make_net();
+    auto before = make_strategy(first_kind, group);
+    before->attach(*net, factory(options));
+    train(net, *before, data, 0, 2, options.lr, 1, group->rank());
+    trained = net_from(before->model_state());
+    before->prepare_checkpoint();
+    if (group->rank() == 0) before->save(dir);
+  }
+  // attach() gives every rank rank 0's weights (the writers'); being collective, it also
+  // orders every rank's load after rank 0's save.
+  auto after = make_strategy(second_kind);
+  after->attach(*trained, factory(options));
+  after->load(dir);
+  train(trained, *after, data, 2, kSteps, options.lr);
+  CHECK(max_difference(after->model_state(), *reference) < kTolerance);
+}
+
+TEST_CASE("ZeRO-3 with BatchNorm equals DDP, buffers broadcast from rank 0", "[dist][zero]") {
+  // Each rank normalises with its own batch's statistics, under both strategies; the running
+  // statistics are rank 0's before every forward. The norm unit has parameters and buffers.
+  // SGD: body.bias's gradient is zero but for rounding (BatchNorm subtracts the mean), which
+  // Adam's, LARS's and LAMB's normalisations would blow up into different steps.
+  const NetOptions with_norm{false, true};
+  const auto options = optimizer_options("sgd");
+  const Data data = make_data(world()->size());
+  Net ddp_net = make_net(0, with_norm);
+  dtrain::dist::DdpStrategy ddp(dtrain::dist::DdpOptions{}, world());
+  ddp.attach(*ddp_net, factory(options));
+  train(ddp_net, ddp, data, 0, kSteps, options.lr, 2);
+
+  Net net = make_net(static_cast<uint64_t>(world()->rank()), with_norm);
+  Zero3Strategy strategy(stage3(), world());
+  strategy.attach(*net, factory(options));
+  train(net, strategy, data, 0, kSteps, options.lr, 2);
+  const NamedTensors state = strategy.model_state();
+  const NamedTensors expected = dtrain::dist::module_state(*ddp_net);
+  REQUIRE(state.size() == expected.size());
+  for (size_t i = 0; i < state.size(); ++i) {
+    INFO(state[i].first);
+    CHECK(state[i].first == expected[i].first);
+    CHECK((state[i].second.to(torch::kFloat64) - expected[i].second.to(torch::kFloat64))
+              .abs()
+              .max()
+              .item<double>() < kTolerance);
+  }
+}
+
+TEST_CASE("ZeRO-3's consolidated state loads back into the shards", "[dist][zero]") {
+  // What a resume through the trainer does: model_state(), overwritten from model.pt, handed
+  // to load_model_state(); every rank then holds its shard of the loaded values.
+  Net net = make_net(0, {false, true});
+  Zero3Strategy strategy(stage3(), world());
+  strategy.attach(*net, factory(optimizer_options("sgd")));
+  NamedTensors state = strategy.model_state();
+  for (auto& item : state) {
+    if (item.second.is_floating_point()) item.second = item.second + 1.0;
+  }
+  strategy.load_model_state(state);
+  const NamedTensors loaded = strategy.model_state();
+  REQUIRE(loaded.size() == state.size());
+  for (size_t i = 0; i < state.size(); ++i) {
+    CHECK(loaded[i].first == state[i].first);
+    CHECK(torch::equal(loaded[i].second, state[i].second));
+  }
+}
