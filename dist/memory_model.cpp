@@ -130,12 +130,31 @@ MemoryPrediction ps(const PsOptions& options, const ModelStateInput& input, int 
   return prediction;
 }
 
+// zero3.h: units for buckets, each padded to a multiple of the ranks; between steps a rank
+// holds its shard of the parameters and of the gradients, and its pieces' optimizer state.
+MemoryPrediction zero3(const ModelStateInput& input, int world_size) {
+  MemoryPrediction prediction{"zero stage 3", {}, "", true};
+  if (input.units.empty()) {
+    prediction.problem = "the model is not made of units (dtrain::UnitModule)";
+    return prediction;
+  }
+  const PsPlan plan = rank_aligned_plan(packed_layout(input.units, input.params),
+                                        numels_of(input.params), world_size);
+  const int64_t element_size = static_cast<int64_t>(input.params.front().element_size());
+  const std::vector<int64_t> shard = plan.server_numel();
+  std::vector<int64_t> stepped(world_size, 0);
+  for (const PsPiece& piece : plan.pieces) stepped[plan.chunks[piece.chunk].server] += piece.numel;
+  for (int r = 0; r < world_size; ++r) {
+    prediction.ranks.push_back({shard[r] * element_size, shard[r] * element_size,
+                                input.state_tensors * stepped[r] * element_size});
+  }
+  return prediction;
+}
+
 MemoryPrediction zero(const ZeroOptions& options, const ModelStateInput& input, int world_size) {
   if (options.stage == 1) return zero1(input, world_size);
   if (options.stage == 2) return zero2(options, input, world_size);
-  return {fmt::format("zero stage {}", options.stage), {},
-          "no prediction of its buffers yet (the paper's figure is in the comparison)", true,
-          /*unknown=*/true};
+  return zero3(input, world_size);
 }
 
 }  // namespace
@@ -177,7 +196,7 @@ std::vector<MemoryPrediction> predict_every_strategy(const DistOptions& options,
   each.strategy = StrategyKind::kDdp;
   predictions.push_back(predict_model_state(each, input, world_size));
   each.strategy = StrategyKind::kZero;
-  for (const int64_t stage : {1, 2}) {
+  for (const int64_t stage : {1, 2, 3}) {
     each.zero.stage = stage;
     predictions.push_back(predict_model_state(each, input, world_size));
   }

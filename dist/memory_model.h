@@ -29,7 +29,9 @@
 // Not model state here, as not in the stats: codec state (memory/codec_state_mb), the ps's
 // messages in flight and its SSP slots over collectives, activations and autograd's gradients
 // of incomplete buckets (memory/host_peak_mb and memory/device_peak_allocated_mb measure all).
-// Stage 3 is not built yet, so only the paper's figure is given for it (paper_bytes()).
+//   - zero stage 3 (dist/zero/zero3.h): its shard of every unit's padded parameters, and as
+//     much of the gradients, the optimizer state of its real elements; nothing whole between
+//     steps (the gathered units and their gradient buffers are transient, as activations).
 #pragma once
 
 #include "dist/options.h"
@@ -54,9 +56,8 @@ struct ModelStateBytes {
 struct MemoryPrediction {
   std::string strategy;  // "ddp", "zero stage 1", "zero stage 2", "ps (colocated)", ...
   std::vector<ModelStateBytes> ranks;  // by world rank; empty when `problem` says why
-  std::string problem;                 // why it cannot run at this world size, or why unknown
+  std::string problem;                 // why it cannot run at this world size
   bool reports_parameters_and_gradients = true;  // false: its stats carry the state only
-  bool unknown = false;  // no model of this strategy's buffers yet (ZeRO stage 3)
 };
 
 // What the prediction needs of the model and the optimizer.
@@ -67,16 +68,19 @@ struct ModelStateInput {
   // Optimizer state tensors per parameter, each of the parameter's shape and dtype
   // (optim::state_tensors_per_parameter).
   int64_t state_tensors = 0;
+  // Indices in `params` of each model unit's (dist/zero/zero3.h: parameters_by_unit), for
+  // ZeRO stage 3; empty for a model not made of units, which stage 3 refuses.
+  std::vector<std::vector<int64_t>> units;
 };
 
 // The strategy `options` chooses, at `world_size` ranks. When it cannot run there (single on
-// several ranks, dedicated servers that leave no worker) or cannot be predicted (ZeRO stage
-// 3), `ranks` is empty and `problem` says why.
+// several ranks, dedicated servers that leave no worker, ZeRO stage 3 of a model without
+// units), `ranks` is empty and `problem` says why.
 MemoryPrediction predict_model_state(const DistOptions& options, const ModelStateInput& input,
                                      int world_size);
 
 // Every strategy at `world_size`, each with the options `options` gives it: single (one rank
-// only), ddp, zero stage 1, zero stage 2, ps with the configured placement.
+// only), ddp, zero stages 1, 2 and 3, ps with the configured placement.
 std::vector<MemoryPrediction> predict_every_strategy(const DistOptions& options,
                                                      const ModelStateInput& input, int world_size);
 

@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "data/dataset.h"
 #include "dist/memory_model.h"
+#include "dist/zero/zero3.h"
 #include "models/registry.h"
 #include "optim/state_bytes.h"
 
@@ -115,11 +116,6 @@ std::string comparison_table(const dist::DistOptions& options,
                         each.strategy, mib(first.parameters), mib(first.gradients),
                         mib(first.optimizer_state), mib(first.total()), mib(most), paper_text);
   }
-  // Stage 3 is not built: the paper's figure alone, for comparison.
-  text += fmt::format("  {:<22} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11.3f}\n",
-                      "zero stage 3 (paper)", "-", "-", "-", "-", "-",
-                      mib(dist::paper_bytes(numel, element_size, input.state_tensors, 3,
-                                            world_size).total()));
   return text;
 }
 
@@ -138,41 +134,48 @@ int parse_world_size(const std::string& text) {
   return value;
 }
 
-std::vector<torch::Tensor> model_parameters(const Config& config) {
+namespace {
+
+std::shared_ptr<models::Model> plan_model(const Config& config) {
   // The sizes depend on the data's sample shape and classes only; the device and the weights'
   // values do not matter.
   const data::Splits splits = data::open_splits(config.data);
   const data::SampleShape shape = splits.train->shape();
-  const std::shared_ptr<models::Model> model = models::make_model(
-      config.model, {shape.channels, shape.height, shape.width}, splits.train->num_classes());
-  return model->parameters();
+  return models::make_model(config.model, {shape.channels, shape.height, shape.width},
+                            splits.train->num_classes());
 }
 
-void report_memory_plan(const Config& config, const std::vector<torch::Tensor>& params,
-                        int world_size, const std::string& json_path) {
+}  // namespace
+
+void report_memory_plan(const Config& config, int world_size, const std::string& json_path) {
+  const std::shared_ptr<models::Model> model = plan_model(config);
   dist::ModelStateInput input;
-  for (const torch::Tensor& param : params) {
-    if (param.requires_grad()) input.params.push_back(param);
+  std::vector<std::string> names;
+  for (const auto& item : model->named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    input.params.push_back(item.value());
+    names.push_back(item.key());
+  }
+  try {
+    input.units = dist::parameters_by_unit(*model, input.params, names);
+  } catch (const UserError&) {
+    // A parameter of no unit: stage 3's prediction says it cannot run.
   }
   input.state_tensors = optim::state_tensors_per_parameter(config.optim);
   const dist::MemoryPrediction configured =
       dist::predict_model_state(config.dist, input, world_size);
-  if (!configured.problem.empty() && !configured.unknown) {
+  if (!configured.problem.empty()) {
     throw UserError(fmt::format("--dry-run: {} at {} rank(s): {}", configured.strategy,
                                 world_size, configured.problem));
   }
-  std::string text;
-  if (configured.unknown) {
-    text = fmt::format("model-state memory of {}: {}\n", configured.strategy, configured.problem);
-  } else {
-    text = fmt::format("model-state memory per rank (MiB) predicted for {} rank(s), {}, "
-                       "optimizer {} ({} state tensor(s) per parameter){}:\n",
-                       world_size, configured.strategy, config.optim.name, input.state_tensors,
-                       configured.reports_parameters_and_gradients
-                           ? ""
-                           : "; its metrics report the optimizer state only");
-    text += rank_table(configured);
-  }
+  std::string text = fmt::format("model-state memory per rank (MiB) predicted for {} rank(s), "
+                                 "{}, optimizer {} ({} state tensor(s) per parameter){}:\n",
+                                 world_size, configured.strategy, config.optim.name,
+                                 input.state_tensors,
+                                 configured.reports_parameters_and_gradients
+                                     ? ""
+                                     : "; its metrics report the optimizer state only");
+  text += rank_table(configured);
   nlohmann::json strategies = nlohmann::json::array();
   text += comparison_table(config.dist, input, world_size, strategies);
   text.pop_back();

@@ -22,15 +22,10 @@ namespace dtrain::trainer {
 // says so.
 int parse_world_size(const std::string& text);
 
-// The trainable parameters of the model `config` describes, built on the CPU without starting
-// MPI or a device: what a dry run for another world size predicts from.
-std::vector<torch::Tensor> model_parameters(const Config& config);
-
-// Logs the report for `world_size` ranks of the model with `params` (its trainable ones are
-// counted) and, if `json_path` is not empty, writes it there. Throws UserError when the
-// configured strategy cannot run at `world_size` ranks; one the model does not know yet (ZeRO
-// stage 3) gets the comparison alone and an empty "ranks".
-void report_memory_plan(const Config& config, const std::vector<torch::Tensor>& params,
-                        int world_size, const std::string& json_path);
+// Logs the report for `world_size` ranks of the model `config` describes (built afresh on the
+// CPU, without starting MPI or a device: its trainable parameters and units are counted) and,
+// if `json_path` is not empty, writes it there. Throws UserError when the configured strategy
+// cannot run at `world_size` ranks.
+void report_memory_plan(const Config& config, int world_size, const std::string& json_path);
 
 }  // namespace dtrain::trainer

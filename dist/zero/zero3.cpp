@@ -54,7 +54,8 @@ void Zero3Strategy::attach(torch::nn::Module& model, const OptimizerFactory& mak
 
   std::vector<int64_t> numels;
   for (const torch::Tensor& param : params_) numels.push_back(param.numel());
-  plan_ = rank_aligned_plan(packed_layout(unit_params(), params_), numels, comm_->size());
+  plan_ = rank_aligned_plan(packed_layout(parameters_by_unit(*units_, params_, names_), params_),
+                            numels, comm_->size());
   shard_ = std::make_unique<PsShard>(plan_, comm_->rank(), params_, params_.front().device(),
                                      make_optimizer, PsShard::sum_over(comm_),
                                      /*whole_tensors=*/false);
@@ -73,24 +74,32 @@ void Zero3Strategy::attach(torch::nn::Module& model, const OptimizerFactory& mak
   }
 }
 
-std::vector<std::vector<int64_t>> Zero3Strategy::unit_params() const {
+std::vector<std::vector<int64_t>> parameters_by_unit(UnitModule& model,
+                                                     const std::vector<torch::Tensor>& params,
+                                                     const std::vector<std::string>& names) {
+  const auto index_of = [&params](const torch::Tensor& tensor) -> int64_t {
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (params[i].is_same(tensor)) return static_cast<int64_t>(i);
+    }
+    return -1;
+  };
   std::vector<std::vector<int64_t>> units;
-  std::vector<bool> placed(params_.size(), false);
-  for (const Unit& unit : units_->units()) {
+  std::vector<bool> placed(params.size(), false);
+  for (const Unit& unit : model.units()) {
     units.emplace_back();
     for (const torch::Tensor& param : unit.module->parameters()) {
-      const int64_t index = param_index(param);
+      const int64_t index = index_of(param);
       if (index < 0) continue;  // frozen: not the optimizer's, stays whole
-      DTRAIN_CHECK(!placed[index], "zero stage 3: parameter {} is in two units", names_[index]);
+      DTRAIN_CHECK(!placed[index], "zero stage 3: parameter {} is in two units", names[index]);
       placed[index] = true;
       units.back().push_back(index);
     }
   }
-  for (size_t i = 0; i < params_.size(); ++i) {
+  for (size_t i = 0; i < params.size(); ++i) {
     if (!placed[i]) {
       throw UserError(fmt::format("dist.zero.stage = 3: parameter {} belongs to none of the "
                                   "model's units, so nothing would gather it; use stage 2",
-                                  names_[i]));
+                                  names[i]));
     }
   }
   return units;

@@ -47,6 +47,13 @@
 
 namespace dtrain::dist {
 
+// The indices in `params` (a model's trainable parameters, named `names`) of each unit's, in
+// unit order; a parameter not in `params` (frozen) stays whole. Throws UserError naming a
+// parameter of no unit, which nothing would gather.
+std::vector<std::vector<int64_t>> parameters_by_unit(UnitModule& model,
+                                                     const std::vector<torch::Tensor>& params,
+                                                     const std::vector<std::string>& names);
+
 class Zero3Strategy : public ReplicatedStrategy {
  public:
   Zero3Strategy(ZeroOptions options, std::shared_ptr<Communicator> comm);
@@ -80,8 +87,6 @@ class Zero3Strategy : public ReplicatedStrategy {
   MemoryBytes memory() const override;
 
  private:
-  // Unit u's trainable parameters (indices into params_), for every unit in order.
-  std::vector<std::vector<int64_t>> unit_params() const;
   // Every trainable parameter whole, in new tensors with the model's strides. Collective.
   std::vector<torch::Tensor> whole_params() const;
   // The index of `tensor` in params_, or -1.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The dry run's model-state memory prediction against what runs measure: for ddp, ZeRO stages 1
-# and 2 and the parameter server (colocated; dedicated at 3 ranks), `--dry-run --world-size N
+# The dry run's model-state memory prediction against what runs measure: for ddp, ZeRO stages
+# 1, 2 and 3 and the parameter server (colocated; dedicated at 3 ranks), `--dry-run --world-size N
 # --dry-run-json` predicts, a short run under mpirun -np N (2 and 3, oversubscribed) reports
 # rank 0's memory/* metrics, and each is within 5% of the prediction (the acceptance bound;
 # they are expected to be equal). The ps reports its optimizer state only. A dry run under
@@ -51,6 +51,7 @@ for ranks in 2 3; do
   # Buckets of 0.05 MiB cut the model into several, each padded to a multiple of the ranks.
   check "$ranks" "zero2_np$ranks" --set dist.strategy=zero --set dist.zero.stage=2 \
     --set dist.zero.bucket_mb=0.05
+  check "$ranks" "zero3_np$ranks" --set dist.strategy=zero --set dist.zero.stage=3
   check "$ranks" "ps_np$ranks" --set dist.strategy=ps --set dist.ps.chunk_mb=0.02
 done
 check 3 ps_dedicated_np3 --set dist.strategy=ps --set dist.ps.placement=dedicated
