@@ -92,7 +92,9 @@ Stats StepComm::stats() const {
     if (op.traffic == Traffic::kParameters) {
       blocking_ms += op_ms;
     } else if (op.traffic == Traffic::kPrefetched) {
-      blocking_ms += std::max(0.0, op.wait_start->ms_until(*op.work->finished()));
+      // The part of the gather's own time this rank waited for: a gather whose transfer began
+      // only after the wait did (a busy progress thread) is exposed at most whole.
+      blocking_ms += std::clamp(op.wait_start->ms_until(*op.work->finished()), 0.0, op_ms);
     } else if (backward_end_) {
       gradient_tail_ms = std::max(gradient_tail_ms, backward_end_->ms_until(*op.work->finished()));
     }

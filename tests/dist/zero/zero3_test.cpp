@@ -116,10 +116,14 @@ TEST_CASE("A prefetched gather is exposed only from the wait for it on", "[dist]
                         moment(15));
   record.add(Collective::kAllGather, dtrain::dist::Traffic::kParameters, 1024,
              std::make_unique<Ran>(20, 23));
+  // The wait began before the transfer did (a busy progress thread): exposed at most whole.
+  record.add_prefetched(Collective::kAllGather, 1024, std::make_unique<Ran>(30, 32),
+                        moment(25));
   const dtrain::dist::Stats stats = record.stats();
-  CHECK(stat(stats, "comm/ms") == 15.0);
-  CHECK(stat(stats, "comm/exposed_ms") == 6.0 + 0.0 + 3.0);  // waited 6 of 10; done; blocking
-  CHECK(stat(stats, "comm/bytes") == 3 * 1024.0);
+  CHECK(stat(stats, "comm/ms") == 17.0);
+  // Waited 6 of 10; done; blocking 3; 2 of 2.
+  CHECK(stat(stats, "comm/exposed_ms") == 6.0 + 0.0 + 3.0 + 2.0);
+  CHECK(stat(stats, "comm/bytes") == 4 * 1024.0);
 }
 
 TEST_CASE("A flat buffer's memory comes and goes under every tensor on it", "[dist][zero]") {
