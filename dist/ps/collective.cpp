@@ -2,7 +2,6 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "dist/comm/gather.h"
 #include "dist/optimizer_state.h"
 #include "dist/ps/whole_state.h"
 
@@ -11,7 +10,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 #include <fstream>
 
 namespace dtrain::dist {
@@ -72,12 +70,6 @@ c10::Stream compute_stream(c10::Device device) {
 
 int64_t staleness_of(const PsOptions& options) {
   return options.consistency == "ssp" ? options.staleness : 0;
-}
-
-torch::Tensor bytes_tensor(const std::string& bytes) {
-  torch::Tensor tensor = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
-  std::memcpy(tensor.data_ptr(), bytes.data(), bytes.size());
-  return tensor;
 }
 
 }  // namespace
@@ -298,13 +290,7 @@ void PsCollectiveStrategy::load_model_state(const NamedTensors& state) {
 
 void PsCollectiveStrategy::prepare_checkpoint() {
   sync_point();
-  const torch::Tensor mine = ps::encode(shard_->state());
-  std::vector<std::string> all = all_gather_bytes(
-      *comm_, std::string(static_cast<const char*>(mine.data_ptr()),
-                          static_cast<size_t>(mine.numel())));
-  gathered_.clear();
-  if (comm_->rank() != 0) return;  // only rank 0 writes
-  for (const std::string& bytes : all) gathered_.push_back(ps::decode(bytes_tensor(bytes), {}));
+  gathered_ = gather_states_on_rank0(*comm_, shard_->state());  // only rank 0 writes
 }
 
 void PsCollectiveStrategy::save(const std::string& dir) const {

@@ -1,9 +1,12 @@
 #include "dist/ps/whole_state.h"
 
 #include "common/error.h"
+#include "dist/comm/gather.h"
 #include "dist/ps/piece_state.h"
 
 #include <algorithm>
+#include <cstring>
+#include <string>
 
 namespace dtrain::dist {
 
@@ -13,7 +16,25 @@ std::vector<int64_t> piece_shape(const torch::Tensor& param, int64_t numel) {
   return param.dim() <= 1 ? std::vector<int64_t>{numel} : std::vector<int64_t>{numel, 1};
 }
 
+torch::Tensor bytes_tensor(const std::string& bytes) {
+  torch::Tensor tensor = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+  std::memcpy(tensor.data_ptr(), bytes.data(), bytes.size());
+  return tensor;
+}
+
 }  // namespace
+
+std::vector<ps::StateMessage> gather_states_on_rank0(Communicator& comm,
+                                                     const ps::StateMessage& mine) {
+  const torch::Tensor encoded = ps::encode(mine);
+  const std::vector<std::string> all = all_gather_bytes(
+      comm, std::string(static_cast<const char*>(encoded.data_ptr()),
+                        static_cast<size_t>(encoded.numel())));
+  std::vector<ps::StateMessage> states;
+  if (comm.rank() != 0) return states;
+  for (const std::string& bytes : all) states.push_back(ps::decode(bytes_tensor(bytes), {}));
+  return states;
+}
 
 ps::StateMessage server_state(const PsPlan& plan, int server,
                               const std::vector<torch::Tensor>& params,

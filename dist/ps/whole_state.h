@@ -3,6 +3,7 @@
 // servers: what lets a ps run resume on another number of servers or from another strategy.
 #pragma once
 
+#include "dist/comm/communicator.h"
 #include "dist/ps/plan.h"
 #include "dist/ps/state_message.h"
 #include "dist/strategy.h"
@@ -11,6 +12,12 @@
 #include <vector>
 
 namespace dtrain::dist {
+
+// Every rank's shard state (PsShard::state()) on rank 0 of `comm`, by rank; empty on the other
+// ranks. Collective: what a sharded strategy's prepare_checkpoint() gathers for
+// whole_optimizer().
+std::vector<ps::StateMessage> gather_states_on_rank0(Communicator& comm,
+                                                     const ps::StateMessage& mine);
 
 // What server `server` holds of `params` (the model's values) and of `whole`'s state (none
 // where `whole` is null or keeps none for a tensor): the message PsShard::load_state() reads.

@@ -3,14 +3,12 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "dist/buckets.h"
-#include "dist/comm/gather.h"
 #include "dist/optimizer_state.h"
 #include "dist/ps/whole_state.h"
 #include "dist/zero/bucket_shards.h"
 
 #include <fmt/format.h>
 
-#include <cstring>
 #include <numeric>
 
 namespace dtrain::dist {
@@ -21,12 +19,6 @@ constexpr double kMiB = 1024.0 * 1024.0;
 
 // Two buffers: one bucket fills while the one before it is on the wire.
 constexpr int64_t kGradientBuffers = 2;
-
-torch::Tensor bytes_tensor(const std::string& bytes) {
-  torch::Tensor tensor = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
-  std::memcpy(tensor.data_ptr(), bytes.data(), bytes.size());
-  return tensor;
-}
 
 }  // namespace
 
@@ -107,13 +99,7 @@ void Zero2Strategy::load_model_state(const NamedTensors& state) {
 }
 
 void Zero2Strategy::prepare_checkpoint() {
-  const torch::Tensor mine = ps::encode(shard_->state());
-  std::vector<std::string> all = all_gather_bytes(
-      *comm_, std::string(static_cast<const char*>(mine.data_ptr()),
-                          static_cast<size_t>(mine.numel())));
-  gathered_.clear();
-  if (comm_->rank() != 0) return;  // only rank 0 writes
-  for (const std::string& bytes : all) gathered_.push_back(ps::decode(bytes_tensor(bytes), {}));
+  gathered_ = gather_states_on_rank0(*comm_, shard_->state());  // only rank 0 writes
 }
 
 void Zero2Strategy::save(const std::string& dir) const {

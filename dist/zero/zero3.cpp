@@ -2,14 +2,12 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "dist/comm/gather.h"
 #include "dist/optimizer_state.h"
 #include "dist/ps/whole_state.h"
 #include "dist/zero/bucket_shards.h"
 
 #include <fmt/format.h>
 
-#include <cstring>
 #include <numeric>
 
 namespace dtrain::dist {
@@ -17,12 +15,6 @@ namespace dtrain::dist {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
-
-torch::Tensor bytes_tensor(const std::string& bytes) {
-  torch::Tensor tensor = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
-  std::memcpy(tensor.data_ptr(), bytes.data(), bytes.size());
-  return tensor;
-}
 
 }  // namespace
 
@@ -183,15 +175,9 @@ void Zero3Strategy::load_model_state(const NamedTensors& state) {
 
 void Zero3Strategy::prepare_checkpoint() {
   std::vector<torch::Tensor> whole = whole_params();
-  const torch::Tensor mine = ps::encode(shard_->state());
-  std::vector<std::string> all = all_gather_bytes(
-      *comm_, std::string(static_cast<const char*>(mine.data_ptr()),
-                          static_cast<size_t>(mine.numel())));
-  gathered_.clear();
+  gathered_ = gather_states_on_rank0(*comm_, shard_->state());  // only rank 0 writes
   checkpoint_params_.clear();
-  if (comm_->rank() != 0) return;  // only rank 0 writes
-  for (const std::string& bytes : all) gathered_.push_back(ps::decode(bytes_tensor(bytes), {}));
-  checkpoint_params_ = std::move(whole);
+  if (comm_->rank() == 0) checkpoint_params_ = std::move(whole);
 }
 
 void Zero3Strategy::save(const std::string& dir) const {
