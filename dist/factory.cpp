@@ -35,6 +35,13 @@ std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
     if (options.ps.use_collectives(world->device().is_cuda())) {
       return std::make_unique<PsCollectiveStrategy>(options.ps, world);
     }
+    if (options.ps.consistency == "ssp" && options.ps.ssp_reads == "exact") {
+      // The messages transport reads whatever has arrived, chunk by chunk.
+      throw UserError(
+          "dist.ps.ssp_reads = \"exact\" needs the collective transport (placement "
+          "\"colocated\", dist.ps.transport = \"collectives\"); this run takes the messages "
+          "transport, which reads what has arrived: use ssp_reads = \"newest\"");
+    }
     return std::make_unique<PsStrategy>(options.ps, world, options.timeout_s);
   }
   throw UserError(fmt::format("dist.strategy: \"{}\" is not available in this build",

@@ -52,6 +52,10 @@ void PsOptions::declare(OptionSpecs& keys) {
       .one_of({"bsp", "ssp", "async"});
   keys.add("staleness", &staleness, "ssp: steps a worker may run ahead of the slowest")
       .range(0, 1000000);
+  keys.add("ssp_reads", &ssp_reads,
+           "ssp over collectives: newest, the newest version that has arrived (at least clock - "
+           "staleness); exact, always clock - staleness (reproducible, always that stale)")
+      .one_of({"newest", "exact"});
   keys.add("transport", &transport,
            "messages: point-to-point through host memory; collectives: reduce onto the "
            "servers and broadcast from them on the device (colocated bsp and ssp); auto: "
@@ -212,6 +216,9 @@ FieldErrors DistOptions::unused_keys() const {
                (key == "zero.prefetch" && zero.stage != 3)) {
       warnings.push_back({key, fmt::format("has no effect under dist.zero.stage = {}",
                                            zero.stage)});
+    } else if ((key == "ps.staleness" || key == "ps.ssp_reads") && ps.consistency != "ssp") {
+      warnings.push_back({key, fmt::format("has no effect under dist.ps.consistency = \"{}\"",
+                                           ps.consistency)});
     }
   }
   return warnings;

@@ -63,6 +63,11 @@ struct PsOptions {
   // each worker's push on arrival, each at lr / workers.
   std::string consistency = "bsp";
   int64_t staleness = 2;
+  // ssp over collectives: "newest", a worker reads the newest version that has arrived, never
+  // one older than its clock - staleness (as the messages transport does); "exact", always
+  // clock - staleness, the same version on every run and every rank (reproducible, but every
+  // read is `staleness` steps old even when nobody is slow).
+  std::string ssp_reads = "newest";
   // How pushes and pulls travel (dist/ps/collective.h): "messages", point-to-point through
   // host memory (any placement and consistency); "collectives", reduces onto the servers
   // and broadcasts from them on the device (colocated bsp and ssp); "auto", collectives where

@@ -41,27 +41,39 @@ class IssuedWork : public Work {
   std::function<void()> progress_;
 };
 
-// The servers' work on their stream (GPUs), after what the compute stream has issued; the
-// compute stream is current again at the end of the scope.
-class OnServerStream {
+// `stream` is the current CUDA stream for the scope (nothing without one).
+class OnStream {
  public:
-  OnServerStream(const std::optional<c10::Stream>& server, c10::Device device) {
-    if (!server) return;
-    const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
-    compute_ = cuda.getStream(device);
-    c10::Event issued(c10::DeviceType::CUDA);
-    issued.record(*compute_);
-    issued.block(*server);
-    cuda.exchangeStream(*server);
+  explicit OnStream(const std::optional<c10::Stream>& stream) {
+    if (stream) before_ = c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).exchangeStream(*stream);
   }
-  ~OnServerStream() {
-    if (compute_) c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).exchangeStream(*compute_);
+  ~OnStream() {
+    if (before_) c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).exchangeStream(*before_);
   }
-  OnServerStream(const OnServerStream&) = delete;
-  OnServerStream& operator=(const OnServerStream&) = delete;
+  OnStream(const OnStream&) = delete;
+  OnStream& operator=(const OnStream&) = delete;
 
  private:
-  std::optional<c10::Stream> compute_;
+  std::optional<c10::Stream> before_;
+};
+
+// The servers' work on their stream (GPUs), after what the compute stream has issued; the
+// compute stream is current again at the end of the scope.
+class OnServerStream : public OnStream {
+ public:
+  OnServerStream(const std::optional<c10::Stream>& server, c10::Device device)
+      : OnStream(after_issued(server, device)) {}
+
+ private:
+  static const std::optional<c10::Stream>& after_issued(const std::optional<c10::Stream>& server,
+                                                        c10::Device device) {
+    if (server) {
+      c10::Event issued(c10::DeviceType::CUDA);
+      issued.record(c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(device));
+      issued.block(*server);
+    }
+    return server;
+  }
 };
 
 c10::Stream compute_stream(c10::Device device) {
@@ -83,9 +95,12 @@ PsCollectiveStrategy::PsCollectiveStrategy(PsOptions options, std::shared_ptr<Co
         "\"messages\" or \"auto\"",
         options_.placement, options_.consistency));
   }
+  newest_ = options_.consistency == "ssp" && options_.staleness > 0 &&
+            options_.ssp_reads == "newest";
   if (comm_->device().is_cuda()) {
     const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
     server_stream_ = cuda.getStreamFromGlobalPool(comm_->device());
+    if (newest_) stamp_stream_ = cuda.getStreamFromGlobalPool(comm_->device());
   } else {
     push_delay_ = std::min<int64_t>(staleness_of(options_), 1);
   }
@@ -141,9 +156,26 @@ void PsCollectiveStrategy::attach(torch::nn::Module& model, const OptimizerFacto
   } else {
     grad_slots_ = slots(grad_slots);
   }
-  param_slots_ = slots(server_stream_ ? k + 1 : k - push_delay_ + 1);
+  // The parameter slots are the rows of one tensor per bucket, so that the device can pick
+  // one by index (ssp_reads = "newest" on GPUs).
+  const int64_t param_slots = server_stream_ ? k + 1 : k - push_delay_ + 1;
+  param_slots_.resize(static_cast<size_t>(param_slots));
+  for (const BucketLayout& bucket : plan_.layout) {
+    param_stack_.push_back(
+        torch::zeros({param_slots, bucket.numel}, param_flat_.front().options()));
+    for (int64_t i = 0; i < param_slots; ++i) {
+      param_slots_[static_cast<size_t>(i)].flat.push_back(param_stack_.back()[i]);
+    }
+  }
   if (server_stream_) {
     for (int64_t i = 0; i < grad_slots; ++i) grad_slot_read_.emplace_back(c10::DeviceType::CUDA);
+  }
+  if (stamp_stream_) {
+    const auto on_device = torch::TensorOptions(torch::kInt64).device(comm_->device());
+    slot_version_ = torch::full({param_slots}, -1, on_device);
+    for (int64_t i = 0; i < param_slots; ++i) slot_stamped_.emplace_back(c10::DeviceType::CUDA);
+    device_staleness_ = torch::zeros({2}, on_device);
+    stamp_model_version(0);
   }
   buffer_sync_ = std::make_unique<BufferSync>(buffers_, comm_, BufferPolicy::kAverage);
 }
@@ -186,7 +218,12 @@ void PsCollectiveStrategy::after_backward(bool last_micro_step) {
 
 void PsCollectiveStrategy::before_forward(int64_t step) {
   (void)step;
-  read(std::max(read_, clock_ - staleness_of(options_)));
+  const int64_t required = std::max(read_, clock_ - staleness_of(options_));
+  if (newest_) {
+    read_newest(required);
+  } else {
+    read(required);
+  }
   last_staleness_ = clock_ - read_;
   max_staleness_ = std::max(max_staleness_, last_staleness_);
 }
@@ -229,9 +266,9 @@ void PsCollectiveStrategy::apply(int64_t clock) {
   shard_->step(grads.lr);
   ++applied_;
 
-  Slot& out = param_slots_[static_cast<size_t>(applied_) % param_slots_.size()];
-  for (auto& work : out.works) work->wait();  // a version no forward read (a sync point's skip)
-  out.works.clear();
+  const size_t s_out = static_cast<size_t>(applied_) % param_slots_.size();
+  Slot& out = param_slots_[s_out];
+  settle(out);  // a version no forward waited for (a newer one was read, or a sync point's skip)
   for (const int64_t c : shard_->chunk_ids()) {
     const PsChunk& chunk = plan_.chunks[c];
     out.flat[chunk.bucket].narrow(0, chunk.offset, chunk.numel).copy_(shard_->chunk_params(c));
@@ -241,35 +278,99 @@ void PsCollectiveStrategy::apply(int64_t clock) {
         comm_->broadcast(out.flat[chunk.bucket].narrow(0, chunk.offset, chunk.numel),
                          chunk.server));
   }
+  if (stamp_stream_) {  // once they have landed, the slot says which version it holds
+    const OnStream on_stamp(stamp_stream_);
+    for (auto& work : out.works) work->wait();
+    slot_version_.narrow(0, static_cast<int64_t>(s_out), 1).fill_(applied_);
+    slot_stamped_[s_out].record(*stamp_stream_);
+  }
 }
 
 void PsCollectiveStrategy::read(int64_t version) {
   if (version <= read_) return;
   DTRAIN_CHECK(version <= applied_, "ps: version {} read before it was issued ({})", version,
                applied_);
-  Slot& in = param_slots_[static_cast<size_t>(version) % param_slots_.size()];
+  const auto slots = static_cast<int64_t>(param_slots_.size());
   const auto start = comm_->now();
-  const int64_t element_size = static_cast<int64_t>(param_flat_.front().element_size());
-  for (size_t c = 0; c < in.works.size(); ++c) {
-    const PsChunk& chunk = plan_.chunks[c];
-    in.works[c]->wait();
-    current_.add(Collective::kBroadcast, Traffic::kParameters, chunk.numel * element_size,
-                 std::move(in.works[c]), chunk.server);
+  // Every version up to this one (those whose slot was not reused since: it was settled then).
+  for (int64_t v = std::max(read_, applied_ - slots) + 1; v <= version; ++v) {
+    settle(param_slots_[static_cast<size_t>(v % slots)]);
   }
-  in.works.clear();
   waits_.emplace_back(start, comm_->now());
   torch::NoGradGuard no_grad;
+  const Slot& in = param_slots_[static_cast<size_t>(version % slots)];
   for (size_t b = 0; b < param_flat_.size(); ++b) param_flat_[b].copy_(in.flat[b]);
   read_ = version;
+}
+
+void PsCollectiveStrategy::read_newest(int64_t required) {
+  const auto slots = static_cast<int64_t>(param_slots_.size());
+  if (!stamp_stream_) {  // the host sees what has arrived (MPI: testing moves it on)
+    int64_t newest = required;
+    while (newest < applied_) {
+      Slot& next = param_slots_[static_cast<size_t>((newest + 1) % slots)];
+      if (!std::all_of(next.works.begin(), next.works.end(),
+                       [](const std::unique_ptr<Work>& work) { return work->test(); })) {
+        break;
+      }
+      ++newest;
+    }
+    read(newest);
+    return;
+  }
+  if (applied_ == read_) {  // nothing newer than the model's version was issued
+    record_device_staleness(torch::full({1}, read_, device_staleness_.options()));
+    return;
+  }
+  // The device picks: versions up to `required` waited for, and its stamp set, so the
+  // highest stamp is `required` or newer.
+  const auto start = comm_->now();
+  for (int64_t v = std::max(read_, applied_ - slots) + 1; v <= required; ++v) {
+    settle(param_slots_[static_cast<size_t>(v % slots)]);
+  }
+  const c10::Stream compute = compute_stream(comm_->device());
+  slot_stamped_[static_cast<size_t>(required % slots)].block(compute);
+  waits_.emplace_back(start, comm_->now());
+  torch::NoGradGuard no_grad;
+  const auto [version, index] = slot_version_.max(0, /*keepdim=*/true);
+  for (size_t b = 0; b < param_flat_.size(); ++b) {
+    torch::Tensor row = param_flat_[b].view({1, -1});
+    torch::index_select_out(row, param_stack_[b], 0, index);
+  }
+  record_device_staleness(version);
+  read_ = required;
+}
+
+void PsCollectiveStrategy::record_device_staleness(const torch::Tensor& version) {
+  const torch::Tensor staleness = torch::rsub(version, clock_);
+  device_staleness_.narrow(0, 0, 1).copy_(staleness);
+  torch::Tensor most = device_staleness_.narrow(0, 1, 1);
+  torch::maximum_out(most, most, staleness);
+}
+
+void PsCollectiveStrategy::stamp_model_version(size_t slot) {
+  torch::NoGradGuard no_grad;
+  for (size_t b = 0; b < param_flat_.size(); ++b) {
+    param_stack_[b][static_cast<int64_t>(slot)].copy_(param_flat_[b]);
+  }
+  slot_version_.narrow(0, static_cast<int64_t>(slot), 1).fill_(read_);
+}
+
+void PsCollectiveStrategy::settle(Slot& slot) {
+  const int64_t element_size = static_cast<int64_t>(param_flat_.front().element_size());
+  for (size_t c = 0; c < slot.works.size(); ++c) {
+    const PsChunk& chunk = plan_.chunks[c];
+    slot.works[c]->wait();
+    current_.add(Collective::kBroadcast, Traffic::kParameters, chunk.numel * element_size,
+                 std::move(slot.works[c]), chunk.server);
+  }
+  slot.works.clear();
 }
 
 void PsCollectiveStrategy::sync_point() {
   while (applied_ < clock_) apply(applied_);
   read(applied_);
-  for (Slot& slot : param_slots_) {  // versions skipped: complete their broadcasts
-    for (auto& work : slot.works) work->wait();
-    slot.works.clear();
-  }
+  for (Slot& slot : param_slots_) settle(slot);  // versions skipped: complete their broadcasts
   if (server_stream_) {  // the shard's state, read on the compute stream from here on
     c10::Event applied(c10::DeviceType::CUDA);
     applied.record(*server_stream_);
@@ -286,6 +387,9 @@ NamedTensors PsCollectiveStrategy::model_state() {
 void PsCollectiveStrategy::load_model_state(const NamedTensors& state) {
   copy_state(state, module_state(*model_));
   shard_->set_params(params_);
+  if (stamp_stream_) {  // the model's version, loaded, is the one a forward may fall back to
+    stamp_model_version(static_cast<size_t>(read_) % param_slots_.size());
+  }
 }
 
 void PsCollectiveStrategy::prepare_checkpoint() {
@@ -318,6 +422,11 @@ Stats PsCollectiveStrategy::stats() const {
                  {"ps/wait_ms", wait_ms},
                  {"ps/staleness", static_cast<double>(last_staleness_)},
                  {"ps/staleness_max", static_cast<double>(max_staleness_)}};
+  if (device_staleness_.defined()) {  // the versions the device chose (waits for it)
+    const torch::Tensor chosen = device_staleness_.cpu();
+    stats[2].value = static_cast<double>(chosen[0].item<int64_t>());
+    stats[3].value = static_cast<double>(chosen[1].item<int64_t>());
+  }
   if (!last_.empty()) {
     for (Stat& stat : last_.stats()) stats.push_back(std::move(stat));
   }

@@ -16,18 +16,23 @@
 // servers.
 //
 // Staleness as a pipeline. SSP(k) lets a worker computing clock t read any version >= t - k
-// (every update of clocks <= t - k - 1). Here it reads exactly version max(0, t - k): the
-// reads are the same on every rank and every run (training is deterministic), and the slack
-// hides communication and absorbs delays:
+// (every update of clocks <= t - k - 1). The servers issue version c + 1 as soon as clock c's
+// pushes are in, and the slack hides communication and absorbs delays:
 //   GPUs     the servers work on a stream of their own: clock c's pushes are applied as soon
-//            as its reduces complete, without holding up the compute stream, and version
-//            c + 1 is read k steps after its broadcast was issued. A worker waits (its
-//            compute stream does) only for a broadcast, which needs every worker to have
-//            issued it: so it may lead the slowest by k steps. k + 1 gradient slots and
-//            k + 1 parameter slots; events order each slot's reuse across the two streams.
+//            as its reduces complete, without holding up the compute stream. A worker waits
+//            (its compute stream does) only for version t - k's broadcast, which needs every
+//            worker to have issued it: so it may lead the slowest by k steps. k + 1 gradient
+//            slots and k + 1 parameter slots; events order each slot's reuse across streams.
 //   CPU      MPI has no streams: the host waits where it applies. Clock c is applied d =
-//   ranks    min(k, 1) steps later (its reduces run behind the next step) and read k - d steps
-//            after its broadcast.
+//   ranks    min(k, 1) steps later (its reduces run behind the next step).
+// Which version a forward reads (dist.ps.ssp_reads):
+//   newest   the newest that has arrived, at least t - k. On GPUs the host runs ahead of the
+//            device, so the device chooses: a version's slot is stamped with its number once
+//            its broadcast has landed (on a stream of its own), and the forward copies in the
+//            slot with the highest stamp. The run then depends on timing, as any parameter
+//            server's does; the staleness each step saw is in the metrics.
+//   exact    always max(0, t - k): the same on every rank and every run (training is
+//            deterministic), but every read is k steps old even when nobody is slow.
 // bsp (k = 0) waits for both, on either: about ZeRO-1's cost.
 //
 // Otherwise a collective starts after the work issued before it on the stream that issues it,
@@ -70,7 +75,8 @@ class PsCollectiveStrategy : public ReplicatedStrategy, private CommHook {
   Stats stats() const override;
 
   const PsPlan& plan() const { return plan_; }
-  // Steps between the version the last forward read and the step it computed.
+  // Steps between the version the last forward read and the step it computed (GPUs with
+  // ssp_reads = "newest": the most it may be; stats() has what the device chose).
   int64_t last_staleness() const { return last_staleness_; }
 
  private:
@@ -88,6 +94,15 @@ class PsCollectiveStrategy : public ReplicatedStrategy, private CommHook {
   void apply(int64_t clock);
   // The model takes version `version` (issued, not necessarily arrived).
   void read(int64_t version);
+  // ssp_reads = "newest": the model takes the newest version that has arrived, at least
+  // `required` (on GPUs chosen by the device, see above).
+  void read_newest(int64_t required);
+  // GPUs, ssp_reads = "newest": slot `slot` holds the version the model holds, arrived.
+  void stamp_model_version(size_t slot);
+  // The broadcasts into `slot` are waited for (by the current stream) and counted.
+  void settle(Slot& slot);
+  // GPUs, newest: the staleness of `version` ([1], on the device), last and most.
+  void record_device_staleness(const torch::Tensor& version);
   // Every clock applied and read: the model holds every update, the same on every rank;
   // BatchNorm statistics averaged over the workers.
   void sync_point();
@@ -101,9 +116,17 @@ class PsCollectiveStrategy : public ReplicatedStrategy, private CommHook {
   std::vector<torch::Tensor> param_flat_;  // per bucket: the model's parameters, as views
   std::vector<Slot> grad_slots_;           // by clock
   std::vector<Slot> param_slots_;          // by version
+  std::vector<torch::Tensor> param_stack_;  // per bucket: [param slots, numel], a slot a row
+  bool newest_ = false;                     // ssp_reads = "newest" (and staleness > 0)
+  // GPUs, newest: each param slot's version once arrived (-1: none), on the device; the
+  // stream that stamps it after the slot's broadcasts, and an event after each stamp.
+  torch::Tensor slot_version_;
+  std::optional<c10::Stream> stamp_stream_;
+  std::vector<c10::Event> slot_stamped_;
+  torch::Tensor device_staleness_;  // GPUs, newest: [last, max] as the device chose
   int64_t clock_ = 0;    // steps taken
   int64_t applied_ = 0;  // clocks applied: the newest version issued
-  int64_t read_ = 0;     // the version in the model
+  int64_t read_ = 0;     // the version in the model (GPUs, newest: the least it may be)
 
   // Stats: the time the step waited (the compute stream, on GPUs), from these moments.
   std::vector<std::pair<std::shared_ptr<const TimePoint>, std::shared_ptr<const TimePoint>>>

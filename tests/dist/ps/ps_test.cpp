@@ -204,6 +204,7 @@ PsOptions collective_options(int64_t chunk_numel, const std::string& consistency
                              int64_t staleness = 0) {
   PsOptions options = ps_options("colocated", 1, chunk_numel, consistency, staleness);
   options.transport = "collectives";
+  options.ssp_reads = "exact";  // tests/dist/ps/ssp_newest_test.cpp has "newest"
   return options;
 }
 

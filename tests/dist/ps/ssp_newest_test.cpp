@@ -1,0 +1,111 @@
+// SSP(k) over collectives with dist.ps.ssp_reads = "newest": a forward reads the newest
+// version that has arrived, never one older than its clock - k. Which version that is depends
+// on timing, so the check is made against the versions the run reports: every update must be
+// exactly the average of each worker's gradient taken at the version that worker read, and a
+// worker that waits (here: one slowed) must have read fresher versions than "exact" would.
+// Float64: tolerance 1e-12.
+#include "dist/ps/collective.h"
+
+#include "ps/ps_harness.h"
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <thread>
+
+using dtrain::dist::PsCollectiveStrategy;
+using dtrain::dist::PsOptions;
+using namespace equivalence;
+using namespace ps_harness;
+
+namespace {
+
+constexpr int64_t kLongSteps = 12;
+
+Data make_long_data(int64_t world_size) {
+  auto gen = at::detail::createCPUGenerator(4321);
+  return {at::randn({kLongSteps, world_size * kPerRank, kIn}, gen, torch::kFloat64).to(device()),
+          at::randint(kClasses, {kLongSteps, world_size * kPerRank}, gen, torch::kInt64)
+              .to(device())};
+}
+
+// One process: step t's update is the average over ranks r of rank r's gradient at version
+// read[r][t] (the parameters after that many updates).
+Net train_reference_read(const Data& data, const dtrain::optim::OptimizerOptions& options,
+                         const torch::Tensor& read) {
+  Net net = make_net();
+  Net reader = make_net();
+  auto optimizer = dtrain::optim::make_optimizer(options, net->parameters());
+  std::vector<std::vector<torch::Tensor>> versions;
+  const auto snapshot = [&] {
+    std::vector<torch::Tensor> values;
+    for (const torch::Tensor& param : net->parameters()) values.push_back(param.detach().clone());
+    versions.push_back(values);
+  };
+  snapshot();
+  const int64_t ranks = read.size(0);
+  for (int64_t step = 0; step < kLongSteps; ++step) {
+    auto params = net->parameters();
+    for (auto& param : params) param.mutable_grad() = torch::zeros_like(param);
+    for (int64_t r = 0; r < ranks; ++r) {
+      const auto& version = versions[static_cast<size_t>(read[r][step].item<int64_t>())];
+      auto reader_params = reader->parameters();
+      {
+        torch::NoGradGuard no_grad;
+        for (size_t i = 0; i < version.size(); ++i) reader_params[i].copy_(version[i]);
+      }
+      reader->zero_grad();
+      torch::nn::functional::cross_entropy(
+          reader->forward(data.x[step].narrow(0, r * kPerRank, kPerRank)),
+          data.y[step].narrow(0, r * kPerRank, kPerRank))
+          .backward();
+      for (size_t i = 0; i < params.size(); ++i) {
+        params[i].mutable_grad().add_(reader_params[i].grad() / static_cast<double>(ranks));
+      }
+    }
+    optimizer->step();
+    snapshot();
+  }
+  return net;
+}
+
+}  // namespace
+
+TEST_CASE("ps over collectives: SSP(k) reads the newest version that has arrived, within k",
+          "[dist][ps]") {
+  // On CPU ranks a clock is applied one step after its pushes, so k = 2 is the least k that
+  // leaves a version to read early (on GPUs, k = 1).
+  const int64_t k = GENERATE(2, 3);
+  const std::string name = GENERATE("sgd", "lamb");
+  INFO(name << ", k = " << k);
+  const auto options = optimizer_options(name);
+  const Data data = make_long_data(world()->size());
+  Net net = make_net();
+  PsOptions ps = ps_options("colocated", 1, 7, "ssp", k);
+  ps.transport = "collectives";
+  REQUIRE(ps.ssp_reads == "newest");  // the default
+  PsCollectiveStrategy strategy(ps, world());
+  strategy.attach(*net, factory(options));
+  const bool slowed = world()->rank() == 1;
+  // [ranks, steps]: the version each rank's forward read, summed over the ranks' rows.
+  torch::Tensor read = torch::zeros({world()->size(), kLongSteps}, torch::kFloat64);
+  for (int64_t step = 0; step < kLongSteps; ++step) {
+    train(net, strategy, data, step, step + 1, options.lr);
+    const auto staleness = static_cast<int64_t>(stat(strategy.stats(), "ps/staleness"));
+    CHECK(staleness >= 0);
+    CHECK(staleness <= std::min(step, k));
+    read[world()->rank()][step] = static_cast<double>(step - staleness);
+    if (slowed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(stat(strategy.stats(), "ps/staleness_max") <= k);
+  strategy.finish();
+  if (slowed) {
+    // While it slept the others' versions landed: some forward read one newer than t - k.
+    torch::Tensor mine = read[world()->rank()].narrow(0, k, kLongSteps - k);
+    CHECK((mine > torch::arange(0, kLongSteps - k, torch::kFloat64)).any().item<bool>());
+  }
+  torch::Tensor all = read.to(device());
+  world()->all_reduce(all, dtrain::dist::ReduceOp::kSum)->wait();
+  Net reference = train_reference_read(data, options, all.cpu().to(torch::kInt64));
+  CHECK(max_difference(*net, *reference) < kTolerance);
+}
