@@ -20,7 +20,7 @@ export NCCL_NVLS_ENABLE=0
 if [ "$what" != bench ]; then
   gpu_build dist_tests trainer
   echo "== parameter-server tests"
-  (cd build-gpu && ctest --output-on-failure -R '^dist\.(ps|piece_state)' -j 4) \
+  (cd build-gpu && ctest --output-on-failure -R '^dist\.(ps|piece_state|ssp_newest)' -j 4) \
     >"$out/ctest.log" 2>&1
   grep -E "Test +#|tests passed|FAILED|Failed" "$out/ctest.log" | tail -15
 fi
@@ -31,7 +31,8 @@ if [ "$what" != straggler ]; then
   echo "== ResNet-50 bf16 on $gpus GPUs, $steps steps: ddp and ps"
   scripts/sweep_strategies.sh build-gpu "$out/uniform" --ranks "$gpus" --steps "$steps" \
     --repeat 1 --config configs/resnet50_ps.toml \
-    --strategies "ddp ps:bsp ps:ssp1 ps:ssp2 ps:bsp+messages ps:async" | tee "$out/uniform.md"
+    --strategies "${UNIFORM:-ddp ps:bsp ps:ssp1 ps:ssp2 ps:ssp2+exact ps:bsp+messages ps:async}" \
+    | tee "$out/uniform.md"
   echo "== PyTorch DDP, the same model and batch (scripts/bench_torch_ddp.py)"
   mpirun -np "$gpus" --oversubscribe --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE \
     -x MASTER_PORT=29555 python3 scripts/bench_torch_ddp.py --model resnet50 --batch 128 \
@@ -56,5 +57,5 @@ slow() {  # NAME STRATEGIES [--set ...]
 echo "== worker 1 slowed 1.5x every step, $slow_steps steps"
 slow straggler "ddp ps:bsp ps:ssp2" --set "debug.slow_ranks=[1]"
 echo "== every worker slowed 1.5x in turn (step s slows worker s mod $gpus), $slow_steps steps"
-slow rotating "ddp ps:bsp ps:ssp1 ps:ssp2" --set "debug.slow_ranks=[$(seq -s, 0 $((gpus - 1)))]" \
+slow rotating "ddp ps:bsp ps:ssp1 ps:ssp2 ps:ssp2+exact" --set "debug.slow_ranks=[$(seq -s, 0 $((gpus - 1)))]" \
   --set debug.slow_pattern=rotating
