@@ -30,6 +30,9 @@
 // `optimizer.pt`, which ddp and every ZeRO stage read on any number of ranks. BatchNorm
 // buffers stay whole, broadcast from rank 0 before every forward and evaluation; parameters
 // without a gradient in a step count as zero gradients.
+//
+// On CPU ranks (MPI) and GPUs (NCCL), where no hook blocks the host (dist/zero/unit_shards.h).
+// Under autocast the parameters, their shards and the gathers are in the model's dtype.
 #pragma once
 
 #include "common/units.h"
