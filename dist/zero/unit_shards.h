@@ -30,10 +30,10 @@
 // the work the compute stream issued before it, and a wait makes the compute stream, not the
 // host, wait for it (dist/comm/communicator.h). So the next unit's prefetched gather runs
 // beside the running unit's kernels, each unit's kernels wait for its gather on the GPU, and
-// the host runs ahead. Memory freed while kernels may still use it (a unit after its forward, a gradient
-// buffer after its reduce-scatter) goes back to the caching allocator, which reuses it only
-// after them (dist/zero/flat_storage.h); the gradients of a later micro-step are added to the
-// shard on the compute stream after their reduce-scatter.
+// the host runs ahead. Memory freed while kernels may still use it (a unit after its
+// forward, a gradient buffer after its reduce-scatter) goes back to the caching allocator,
+// which reuses it only after them (dist/zero/flat_storage.h); the gradients of a later
+// micro-step are added to the shard on the compute stream after their reduce-scatter.
 #pragma once
 
 #include "common/units.h"
