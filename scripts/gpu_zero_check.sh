@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# On a multi-GPU machine, ZeRO stages 1 and 2 over NCCL: build, their multi-rank equivalence
-# tests on the GPUs, then ResNet-50 (configs/resnet50_synthetic.toml, bf16, batch 128 per GPU)
-# on every GPU under ddp and each stage beside PyTorch DDP, with each rank's model-state bytes
-# and peak device memory, and a short fp16 run of each (loss scaling over gradient shards).
+# On a multi-GPU machine, ZeRO stages 1, 2 and 3 over NCCL: build, their multi-rank
+# equivalence tests on the GPUs, then ResNet-50 (configs/resnet50_synthetic.toml, bf16, batch
+# 128 per GPU) on every GPU under ddp and each stage beside PyTorch DDP, with each rank's
+# model-state bytes and peak device memory, and a short fp16 run under ddp and stage 3 (loss
+# scaling over gradient shards; stages 1 and 2 passed it before).
 #   usage: scripts/gpu_zero_check.sh OUT_DIR   (after scripts/prepare_gpu_deps.sh brought .deps)
+#   env: STEPS (bf16 steps, default 60), STRATEGIES (default "ddp zero:stage1 zero:stage2
+#        zero:stage3"), FP16_STRATEGIES (default "ddp zero:stage3")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$1
@@ -14,16 +17,27 @@ gpus=$(nvidia-smi -L | wc -l)
 export NCCL_NVLS_ENABLE=0
 
 gpu_build dist_tests trainer
+# A stuck collective ends a test at its communicator's 60 s timeout, and a run below at
+# dist.timeout_s, so that the rest of the check still fits in one call.
 echo "== ZeRO and strategy tests over NCCL"
-(cd build-gpu && ctest --output-on-failure -R '^dist\.(zero|zero2|strategy)_nccl' -j 1) \
+(cd build-gpu && ctest --output-on-failure -R '^dist\.(zero|zero2|zero3|strategy)_nccl' -j 1) \
   >"$out/ctest.log" 2>&1
-grep -E "Test +#|tests passed|FAILED|Failed" "$out/ctest.log" | tail -12
+grep -E "Test +#|tests passed|FAILED|Failed" "$out/ctest.log" | tail -14
 
 steps=${STEPS:-60}
-strategies=${STRATEGIES:-"ddp zero:stage1 zero:stage2"}
+strategies=${STRATEGIES:-"ddp zero:stage1 zero:stage2 zero:stage3"}
+fp16_strategies=${FP16_STRATEGIES:-"ddp zero:stage3"}
 echo "== ResNet-50 bf16 on $gpus GPUs, $steps steps: $strategies"
 scripts/sweep_strategies.sh build-gpu "$out/bf16" --ranks "$gpus" --steps "$steps" --repeat 1 \
-  --config configs/resnet50_synthetic.toml --strategies "$strategies" | tee "$out/bf16.md"
+  --config configs/resnet50_synthetic.toml --strategies "$strategies" --set dist.timeout_s=120 |
+  tee "$out/bf16.md"
+for metrics in "$out"/bf16/*/metrics.jsonl; do  # stage 3's overlap and its units held whole
+  python3 -c "
+import json, sys
+steps = [r for r in map(json.loads, open(sys.argv[1])) if r['kind'] == 'step']
+keys = ('comm/ms', 'comm/exposed_ms', 'comm/collectives', 'memory/max_whole_units')
+print(sys.argv[1].split('/')[-2], {k: steps[-1][k] for k in keys if k in steps[-1]})" "$metrics"
+done
 echo "== PyTorch DDP, the same model and batch (scripts/bench_torch_ddp.py)"
 mpirun -np "$gpus" --oversubscribe --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE \
   -x MASTER_PORT=29555 python3 scripts/bench_torch_ddp.py --model resnet50 --batch 128 \
@@ -31,8 +45,8 @@ mpirun -np "$gpus" --oversubscribe --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVL
 grep "img/s" "$out/torch_ddp.log"
 echo "== fp16 with loss scaling, 40 steps"
 scripts/sweep_strategies.sh build-gpu "$out/fp16" --ranks "$gpus" --steps 40 --repeat 1 \
-  --config configs/resnet50_synthetic.toml --strategies "$strategies" \
-  --set train.precision=fp16 | tee "$out/fp16.md"
+  --config configs/resnet50_synthetic.toml --strategies "$fp16_strategies" \
+  --set train.precision=fp16 --set dist.timeout_s=120 | tee "$out/fp16.md"
 for metrics in "$out"/fp16/*/metrics.jsonl; do
   python3 -c "
 import json, sys

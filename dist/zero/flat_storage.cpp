@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/StorageImpl.h>
 
 namespace dtrain::dist {
@@ -29,6 +30,7 @@ void allocate_storage(const torch::Tensor& flat) {
   const size_t bytes = static_cast<size_t>(flat.numel()) * flat.element_size();
   DTRAIN_CHECK(storage->nbytes() == 0, "flat storage: allocated twice ({} bytes held)",
                storage->nbytes());
+  const c10::DeviceGuard on_device(flat.device());
   at::Allocator* allocator = storage->allocator();
   if (allocator == nullptr) allocator = c10::GetAllocator(flat.device().type());
   storage->set_data_ptr_noswap(allocator->allocate(bytes));

@@ -25,6 +25,15 @@
 //
 // Every rank runs the same units in the same order, so the collectives match; all run on the
 // thread that runs forward and backward, and are recorded in the step's StepComm.
+//
+// On GPUs (NCCL) nothing here blocks the host: a collective starts on the NCCL stream after
+// the work the compute stream issued before it, and a wait makes the compute stream, not the
+// host, wait for it (dist/comm/communicator.h). So the next unit's prefetched gather runs
+// beside the running unit's kernels, each unit's kernels wait for its gather on the GPU, and
+// the host runs ahead. Memory freed while kernels may still use it (a unit after its
+// forward, a gradient buffer after its reduce-scatter) goes back to the caching allocator,
+// which reuses it only after them (dist/zero/flat_storage.h); the gradients of a later
+// micro-step are added to the shard on the compute stream after their reduce-scatter.
 #pragma once
 
 #include "common/units.h"
@@ -62,11 +71,13 @@ class UnitShards : public UnitHooks {
   // Frees every whole unit (waiting for its gather, if one is in flight).
   void release_all();
   // After a micro-step's backward: reduce-scatters the units not yet reduce-scattered, in
-  // reverse unit order, waits for every reduce-scatter and frees every whole unit. Blocking.
+  // reverse unit order, waits for every reduce-scatter (on NCCL: the current stream waits) and
+  // frees every whole unit. The shard's gradients are then ready for the optimizer.
   void finish_backward();
 
   // Unit `unit`'s parameters all-gathered into a new tensor of its padded layout (not the
-  // unit's own memory). Blocking and collective; not while a step is in flight.
+  // unit's own memory). Collective; blocking on MPI, ready for the current stream's next work
+  // on NCCL; not while a step is in flight.
   torch::Tensor gather_copy(int64_t unit) const;
 
   int64_t max_whole_units() const { return max_whole_; }

@@ -19,14 +19,7 @@ constexpr double kMiB = 1024.0 * 1024.0;
 }  // namespace
 
 Zero3Strategy::Zero3Strategy(ZeroOptions options, std::shared_ptr<Communicator> comm)
-    : ReplicatedStrategy(std::move(comm)), options_(std::move(options)) {
-  if (!comm_->device().is_cpu()) {
-    throw UserError(
-        "dist.strategy = \"zero\" at dist.zero.stage = 3 runs on CPU ranks only in this "
-        "version: its NCCL path has not been validated on GPUs yet; use dist.strategy = "
-        "\"ddp\" on GPUs");
-  }
-}
+    : ReplicatedStrategy(std::move(comm)), options_(std::move(options)) {}
 
 Zero3Strategy::~Zero3Strategy() {
   if (units_) units_->set_unit_hooks(nullptr);

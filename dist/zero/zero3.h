@@ -30,6 +30,10 @@
 // `optimizer.pt`, which ddp and every ZeRO stage read on any number of ranks. BatchNorm
 // buffers stay whole, broadcast from rank 0 before every forward and evaluation; parameters
 // without a gradient in a step count as zero gradients.
+//
+// Runs on CPU ranks (MPI) and on GPUs (NCCL), where no hook blocks the host
+// (dist/zero/unit_shards.h). Under autocast the parameters, their shards and the gathers stay
+// in the model's dtype; autocast casts each unit's weights as it runs.
 #pragma once
 
 #include "common/units.h"
