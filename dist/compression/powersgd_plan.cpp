@@ -1,0 +1,82 @@
+#include "dist/compression/powersgd_plan.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace dtrain::dist::compression {
+
+namespace {
+
+struct Span {
+  int64_t offset, numel;
+};
+
+// The chunk rows of `spans`, in order, as an int64 index on `device`.
+torch::Tensor chunk_index(const std::vector<Span>& spans, int64_t chunk, torch::Device device) {
+  std::vector<int64_t> rows;
+  for (const Span& span : spans) {
+    for (int64_t row = span.offset / chunk; row < (span.offset + span.numel) / chunk; ++row) {
+      rows.push_back(row);
+    }
+  }
+  return torch::tensor(rows, torch::kInt64).to(device);
+}
+
+}  // namespace
+
+PowerSgdPlan plan_powersgd(const BucketLayout& layout,
+                           const std::vector<std::vector<int64_t>>& shapes, int64_t rank,
+                           torch::Device device) {
+  PowerSgdPlan plan;
+  plan.layout = layout;
+  std::vector<Span> exact;
+  std::vector<std::vector<Span>> members;  // by group
+  int64_t chunk = layout.numel;
+  for (size_t i = 0; i < layout.params.size(); ++i) {
+    const int64_t param = layout.params[i];
+    const int64_t offset = layout.offsets[i];
+    const std::vector<int64_t>& shape = shapes.at(param);
+    int64_t numel = 1;
+    for (const int64_t size : shape) numel *= size;
+    chunk = std::gcd(chunk, std::gcd(offset, numel));
+    const int64_t rows = shape.empty() ? 1 : shape[0];
+    const int64_t cols = rows == 0 ? 0 : numel / rows;
+    const int64_t r = std::min({rank, rows, cols});
+    if (shape.size() < 2 || (rows + cols) * r >= rows * cols) {
+      exact.push_back({offset, numel});
+      plan.exact_numel += numel;
+      continue;
+    }
+    auto same = [&](const PowerSgdGroup& g) { return g.rows == rows && g.cols == cols && g.rank == r; };
+    auto group = std::find_if(plan.groups.begin(), plan.groups.end(), same);
+    if (group == plan.groups.end()) {
+      plan.groups.push_back({rows, cols, r, {}});
+      members.emplace_back();
+      group = plan.groups.end() - 1;
+    }
+    group->params.push_back(param);
+    members[group - plan.groups.begin()].push_back({offset, numel});
+  }
+  plan.chunk = std::max<int64_t>(chunk, 1);  // 0 when the bucket holds nothing
+
+  std::vector<Span> matrices;
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    PowerSgdGroup& group = plan.groups[g];
+    group.first = plan.num_matrices;
+    group.p_offset = plan.exact_numel + plan.p_numel;
+    group.q_offset = plan.q_numel;
+    group.m_offset = plan.matrix_numel;
+    plan.num_matrices += group.size();
+    plan.p_numel += group.size() * group.rows * group.rank;
+    plan.q_numel += group.size() * group.cols * group.rank;
+    plan.matrix_numel += group.size() * group.rows * group.cols;
+    plan.max_rows = std::max(plan.max_rows, group.rows);
+    plan.max_rank = std::max(plan.max_rank, group.rank);
+    matrices.insert(matrices.end(), members[g].begin(), members[g].end());
+  }
+  plan.exact_chunks = chunk_index(exact, plan.chunk, device);
+  plan.matrix_chunks = chunk_index(matrices, plan.chunk, device);
+  return plan;
+}
+
+}  // namespace dtrain::dist::compression
