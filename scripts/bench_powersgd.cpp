@@ -7,9 +7,10 @@
 // zero-padded Ps, and the batched Gram-Schmidt the codec uses.
 //   usage: scripts/mpirun.sh -np 1 build/bench_powersgd [cpu|cuda] [steps] [rank]
 //          (defaults: cuda when available, 20 steps, rank 4; float32 gradients)
-// One rank, so the all-reduces cost next to nothing and the time is the codec's own. "ops" is
+// Each figure is the best of three rounds, the two sides alternated. One rank, so the all-reduces cost next to nothing and the time is the codec's own. "ops" is
 // the number of ATen operators called per step from outside other operators (each a kernel
-// launch or more on a GPU), counted with a RecordFunction callback.
+// launch or more on a GPU; views and allocations left out), counted with a RecordFunction
+// callback.
 #include "dist/buckets.h"
 #include "dist/comm/communicator.h"
 #include "dist/compression/codec.h"
@@ -25,6 +26,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <set>
 #include <string>
 
 namespace {
@@ -35,11 +37,22 @@ using Clock = std::chrono::steady_clock;
 std::atomic<int64_t> top_level_ops{0};
 thread_local int depth = 0;
 
+// Operators that only make a view or an allocation: no kernel.
+bool launches_nothing(const char* name) {
+  static const std::set<std::string> names = {
+      "aten::view",      "aten::narrow",     "aten::slice",    "aten::as_strided",
+      "aten::transpose", "aten::t",          "aten::select",   "aten::diagonal",
+      "aten::unsqueeze", "aten::squeeze",    "aten::expand",   "aten::reshape",
+      "aten::alias",     "aten::view_as",    "aten::permute",  "aten::detach",
+      "aten::empty",     "aten::empty_like", "aten::resize_",  "aten::empty_strided"};
+  return names.count(name) > 0;
+}
+
 void count_ops() {
   at::addGlobalCallback(
       at::RecordFunctionCallback(
-          [](const at::RecordFunction&) -> std::unique_ptr<at::ObserverContext> {
-            if (depth++ == 0) ++top_level_ops;
+          [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+            if (depth++ == 0 && !launches_nothing(fn.name())) ++top_level_ops;
             return nullptr;
           },
           [](const at::RecordFunction&, at::ObserverContext*) { --depth; })
@@ -210,19 +223,26 @@ int main(int argc, char** argv) {
   count_ops();
 
   PerMatrix per_matrix(comm, params, rank);
-  const Timing reference = measure(device, steps, restore, [&]() { per_matrix.step(buckets); });
   CompressionOptions options;
   options.kind = "powersgd";
   options.rank = rank;
   std::unique_ptr<compression::Codec> codec = compression::make_codec(options, comm, params);
-  const Timing batched = measure(device, steps, restore, [&]() {
+  auto codec_step = [&]() {
     std::vector<std::unique_ptr<Work>> works;
     for (Bucket& bucket : buckets) works.push_back(codec->launch(bucket, 0));
     for (size_t b = 0; b < buckets.size(); ++b) {
       works[b]->wait();
       codec->finish(buckets[b]);
     }
-  });
+  };
+  // The best of three rounds, the two alternated (the machine may be busy with other work).
+  Timing reference{1e30, 0}, batched{1e30, 0};
+  for (int round = 0; round < 3; ++round) {
+    const Timing a = measure(device, steps, restore, [&]() { per_matrix.step(buckets); });
+    const Timing b = measure(device, steps, restore, codec_step);
+    if (a.ms < reference.ms) reference = a;
+    if (b.ms < batched.ms) batched = b;
+  }
   fmt::print("encode + decode, one step:\n");
   print("per matrix (before batching)", reference, reference);
   print("codec as built", batched, reference);
@@ -248,8 +268,10 @@ int main(int argc, char** argv) {
   const Timing qr_batched = measure(device, steps, fresh, [&]() {
     work.copy_(std::get<0>(at::linalg_qr(work)));
   });
-  const Timing gram_schmidt =
-      measure(device, steps, fresh, [&]() { compression::orthonormalize_columns_(work); });
+  torch::Tensor rows = padded.transpose(1, 2).contiguous();  // as the codec keeps them: P^T
+  torch::Tensor work_rows = rows.clone();
+  const Timing gram_schmidt = measure(device, steps, [&]() { work_rows.copy_(rows); },
+                                      [&]() { compression::orthonormalize_rows_(work_rows); });
   fmt::print("orthogonalisation of the {} Ps:\n", ps.size());
   print("QR per matrix (torch::linalg_qr)", qr_each, qr_each);
   print("one batched QR (padded)", qr_batched, qr_each);

@@ -27,14 +27,17 @@ torch::Tensor q_of(const torch::Tensor& second, const PowerSgdGroup& group) {
   return stacked(second, group.q_offset, group, group.cols, group.rank);
 }
 
-torch::Tensor m_of(const torch::Tensor& matrices, const PowerSgdGroup& group) {
-  return stacked(matrices, group.m_offset, group, group.rows, group.cols);
+// The group's matrices in a bucket-sized tensor (the gradients, the residual), in place.
+torch::Tensor m_of(const torch::Tensor& flat, const PowerSgdGroup& group) {
+  const int64_t span = (group.size() - 1) * group.stride + group.rows * group.cols;
+  return flat.narrow(0, group.offset, span)
+      .as_strided({group.size(), group.rows, group.cols}, {group.stride, group.cols, 1});
 }
 
-// The group's Ps in the zero-padded batch.
+// The group's P^Ts in the zero-padded batch.
 torch::Tensor padded_of(const torch::Tensor& padded, const PowerSgdGroup& group) {
-  return padded.narrow(0, group.first, group.size()).narrow(1, 0, group.rows)
-      .narrow(2, 0, group.rank);
+  return padded.narrow(0, group.first, group.size()).narrow(1, 0, group.rank)
+      .narrow(2, 0, group.rows);
 }
 
 // A flat tensor seen as rows of the plan's chunk, the unit of its indices.
@@ -66,8 +69,7 @@ PowerSgdCodec::Entry& PowerSgdCodec::entry_for(const Bucket& bucket) {
   const torch::TensorOptions options = bucket.flat.options();
   entry.first = torch::empty({plan.exact_numel + plan.p_numel}, options);
   entry.second = torch::empty({plan.q_numel}, options);
-  entry.matrices = torch::empty({plan.matrix_numel}, options);
-  entry.padded = torch::zeros({plan.num_matrices, plan.max_rows, plan.max_rank}, options);
+  entry.padded = torch::zeros({plan.num_matrices, plan.max_rank, plan.max_rows}, options);
   load_q(entry);
   return entry;
 }
@@ -97,14 +99,11 @@ std::unique_ptr<Work> PowerSgdCodec::launch(Bucket& bucket, int64_t step) {
   const PowerSgdPlan& plan = entry.plan;
   torch::Tensor& flat = bucket.flat;
   if (error_feedback_) flat.add_(state_.at(bucket, 0));
-  const torch::Tensor chunks = chunks_of(flat, plan);
   torch::Tensor exact = chunks_of(entry.first.narrow(0, 0, plan.exact_numel), plan);
-  torch::index_select_out(exact, chunks, 0, plan.exact_chunks);
-  torch::Tensor matrices = chunks_of(entry.matrices, plan);
-  torch::index_select_out(matrices, chunks, 0, plan.matrix_chunks);
+  torch::index_select_out(exact, chunks_of(flat, plan), 0, plan.exact_chunks);
   for (const PowerSgdGroup& group : plan.groups) {
     torch::Tensor p = p_of(entry.first, group);
-    torch::bmm_out(p, m_of(entry.matrices, group), q_of(entry.second, group));
+    torch::bmm_out(p, m_of(flat, group), q_of(entry.second, group));
   }
   std::unique_ptr<Work> first = comm_->all_reduce(entry.first, ReduceOp::kAverage);
   return std::make_unique<ChainedWork>(
@@ -117,21 +116,20 @@ std::unique_ptr<Work> PowerSgdCodec::second_round(Bucket& bucket) {
   // Every P of the bucket orthonormalised in one batch, zero-padded to the largest.
   entry.padded.zero_();
   for (const PowerSgdGroup& group : plan.groups) {
-    padded_of(entry.padded, group).copy_(p_of(entry.first, group));
+    padded_of(entry.padded, group).copy_(p_of(entry.first, group).transpose(1, 2));
   }
-  orthonormalize_columns_(entry.padded);
+  orthonormalize_rows_(entry.padded);
   for (const PowerSgdGroup& group : plan.groups) {
     torch::Tensor p = p_of(entry.first, group);
     torch::Tensor q = q_of(entry.second, group);
-    torch::Tensor m = m_of(entry.matrices, group);
-    p.copy_(padded_of(entry.padded, group));
+    const torch::Tensor m = m_of(bucket.flat, group);
+    p.copy_(padded_of(entry.padded, group).transpose(1, 2));
     torch::bmm_out(q, m.transpose(1, 2), p);
-    // What this rank's factors do not carry, M - P Q_i^T, replaces M.
-    if (error_feedback_) m.baddbmm_(p, q.transpose(1, 2), 1.0, -1.0);
-  }
-  if (error_feedback_) {
-    chunks_of(state_.at(bucket, 0), plan)
-        .index_copy_(0, plan.matrix_chunks, chunks_of(entry.matrices, plan));
+    if (error_feedback_) {
+      // What this rank's factors do not carry: M - P Q_i^T.
+      torch::Tensor residual = m_of(state_.at(bucket, 0), group);
+      torch::baddbmm_out(residual, m, p, q.transpose(1, 2), 1.0, -1.0);
+    }
   }
   return comm_->all_reduce(entry.second, ReduceOp::kAverage);
 }
@@ -143,10 +141,9 @@ void PowerSgdCodec::finish(Bucket& bucket) {
   chunks.index_copy_(0, plan.exact_chunks,
                      chunks_of(entry.first.narrow(0, 0, plan.exact_numel), plan));
   for (const PowerSgdGroup& group : plan.groups) {
-    torch::Tensor m = m_of(entry.matrices, group);
+    torch::Tensor m = m_of(bucket.flat, group);
     torch::bmm_out(m, p_of(entry.first, group), q_of(entry.second, group).transpose(1, 2));
   }
-  chunks.index_copy_(0, plan.matrix_chunks, chunks_of(entry.matrices, plan));
   // entry.second keeps the averaged Qs: the next step's warm start.
 }
 
@@ -158,14 +155,10 @@ int64_t PowerSgdCodec::payload_bytes(const Bucket& bucket) const {
 int64_t PowerSgdCodec::state_bytes() const {
   int64_t total = Codec::state_bytes();
   for (const auto& item : q_) total += item.second.nbytes();
-  // And what each bucket keeps between steps besides its Qs (counted above); the stacked
-  // matrices are as large as the compressed gradients.
+  // And what each bucket keeps between steps besides its Qs (counted above).
   for (const Entry& entry : entries_) {
     if (!entry.first.defined()) continue;
-    for (const torch::Tensor* tensor : {&entry.first, &entry.matrices, &entry.padded,
-                                        &entry.plan.exact_chunks, &entry.plan.matrix_chunks}) {
-      total += tensor->nbytes();
-    }
+    total += entry.first.nbytes() + entry.padded.nbytes() + entry.plan.exact_chunks.nbytes();
   }
   return total;
 }

@@ -10,12 +10,13 @@
 // the reducer's hook, overlapping backward; round 2 when a poll from the hooks finds round 1
 // done (MPI), or else in the bucket's wait() after backward (NCCL: the compute stream must
 // not wait for round 1 in the middle of backward).
-// A bucket's matrices are grouped by shape (dist/compression/powersgd_plan.h) and stacked in
-// one buffer, so that each product is one batched matrix product per group and the
-// orthogonalisation one batched Gram-Schmidt per bucket: a fixed number of operations per
-// group rather than per matrix (GPU kernel launches were most of the codec's time). Each
-// group's factors lie back to back in the payloads, which are also where Q stays as the next
-// step's warm start: nothing is packed or copied per matrix.
+// A bucket's matrices are grouped by shape and even spacing (dist/compression/powersgd_plan.h),
+// so that each product is one batched matrix product per group on a strided view of the
+// bucket, and the orthogonalisation one batched Gram-Schmidt per bucket (no QR, which on a
+// GPU is a cuSOLVER call per matrix): a fixed number of operations per group and per bucket
+// rather than per matrix and per tensor. Each group's factors lie back to back in the
+// payloads, which are also where Q stays as the next step's warm start, and the tensors sent
+// as they are move in and out in one indexed copy each way: nothing is copied per tensor.
 #pragma once
 
 #include "dist/compression/codec.h"
@@ -44,8 +45,7 @@ class PowerSgdCodec : public Codec {
     PowerSgdPlan plan;
     torch::Tensor first;     // [exact_numel + p_numel]: the exact elements, then each group's P
     torch::Tensor second;    // [q_numel]: each group's Q, kept as the next step's warm start
-    torch::Tensor matrices;  // [matrix_numel]: each group's M, then residuals, then decoded
-    torch::Tensor padded;    // [num_matrices, max_rows, max_rank]: every P, zero-padded
+    torch::Tensor padded;    // [num_matrices, max_rank, max_rows]: every P^T, zero-padded
   };
   Entry& entry_for(const Bucket& bucket);
   // Fills `entry`'s Qs from q_, or else with the fixed random start; q_ then views them.

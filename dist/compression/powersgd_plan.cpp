@@ -30,7 +30,6 @@ PowerSgdPlan plan_powersgd(const BucketLayout& layout,
   PowerSgdPlan plan;
   plan.layout = layout;
   std::vector<Span> exact;
-  std::vector<std::vector<Span>> members;  // by group
   int64_t chunk = layout.numel;
   for (size_t i = 0; i < layout.params.size(); ++i) {
     const int64_t param = layout.params[i];
@@ -38,44 +37,42 @@ PowerSgdPlan plan_powersgd(const BucketLayout& layout,
     const std::vector<int64_t>& shape = shapes.at(param);
     int64_t numel = 1;
     for (const int64_t size : shape) numel *= size;
-    chunk = std::gcd(chunk, std::gcd(offset, numel));
     const int64_t rows = shape.empty() ? 1 : shape[0];
     const int64_t cols = rows == 0 ? 0 : numel / rows;
     const int64_t r = std::min({rank, rows, cols});
     if (shape.size() < 2 || (rows + cols) * r >= rows * cols) {
+      chunk = std::gcd(chunk, std::gcd(offset, numel));
       exact.push_back({offset, numel});
       plan.exact_numel += numel;
       continue;
     }
-    auto same = [&](const PowerSgdGroup& g) { return g.rows == rows && g.cols == cols && g.rank == r; };
-    auto group = std::find_if(plan.groups.begin(), plan.groups.end(), same);
+    // A group of this shape that this matrix continues evenly (any second one does).
+    auto continues = [&](const PowerSgdGroup& group) {
+      if (group.rows != rows || group.cols != cols || group.rank != r) return false;
+      const int64_t last = group.offset + (group.size() - 1) * group.stride;
+      return group.size() == 1 ? offset - last >= numel : offset - last == group.stride;
+    };
+    auto group = std::find_if(plan.groups.begin(), plan.groups.end(), continues);
     if (group == plan.groups.end()) {
-      plan.groups.push_back({rows, cols, r, {}});
-      members.emplace_back();
+      plan.groups.push_back({rows, cols, r, {}, offset, numel});
       group = plan.groups.end() - 1;
     }
+    if (group->size() == 1) group->stride = offset - group->offset;
     group->params.push_back(param);
-    members[group - plan.groups.begin()].push_back({offset, numel});
   }
-  plan.chunk = std::max<int64_t>(chunk, 1);  // 0 when the bucket holds nothing
+  plan.chunk = std::max<int64_t>(chunk, 1);  // 0 for an empty bucket
+  plan.exact_chunks = chunk_index(exact, plan.chunk, device);
 
-  std::vector<Span> matrices;
-  for (size_t g = 0; g < plan.groups.size(); ++g) {
-    PowerSgdGroup& group = plan.groups[g];
+  for (PowerSgdGroup& group : plan.groups) {
     group.first = plan.num_matrices;
     group.p_offset = plan.exact_numel + plan.p_numel;
     group.q_offset = plan.q_numel;
-    group.m_offset = plan.matrix_numel;
     plan.num_matrices += group.size();
     plan.p_numel += group.size() * group.rows * group.rank;
     plan.q_numel += group.size() * group.cols * group.rank;
-    plan.matrix_numel += group.size() * group.rows * group.cols;
     plan.max_rows = std::max(plan.max_rows, group.rows);
     plan.max_rank = std::max(plan.max_rank, group.rank);
-    matrices.insert(matrices.end(), members[g].begin(), members[g].end());
   }
-  plan.exact_chunks = chunk_index(exact, plan.chunk, device);
-  plan.matrix_chunks = chunk_index(matrices, plan.chunk, device);
   return plan;
 }
 

@@ -1,7 +1,7 @@
-// How PowerSGD lays out one bucket: which parameters it compresses, grouped by shape so that
-// each group's products and orthogonalisation are batched operations, where each group's
-// factors sit in the two all-reduce payloads, and the index that moves a bucket's elements
-// to and from that layout in one operation each way.
+// How PowerSGD lays out one bucket: which parameters it compresses, grouped so that each
+// group's products are batched operations on a strided view of the bucket (no copy), where
+// each group's factors sit in the two all-reduce payloads, and the index that moves the
+// tensors sent as they are into and out of the first payload in one operation each way.
 #pragma once
 
 #include "dist/reducer.h"
@@ -13,15 +13,17 @@
 
 namespace dtrain::dist::compression {
 
-// Matrices of one shape [rows, cols] compressed at one rank, in bucket order. Each of the
-// group's tensors below is [size, ...], its matrices back to back.
+// Matrices of one shape [rows, cols], compressed at one rank, whose offsets in the bucket
+// are evenly spaced (the same layer in consecutive identical blocks, as in a ResNet stage):
+// the bucket viewed as [size, rows, cols] with strides [stride, cols, 1] holds them all.
 struct PowerSgdGroup {
   int64_t rows = 0, cols = 0, rank = 0;
-  std::vector<int64_t> params;  // parameter indices
+  std::vector<int64_t> params;  // parameter indices, in bucket order
+  int64_t offset = 0;           // of its first matrix in the bucket
+  int64_t stride = 0;           // elements from one matrix to the next
   int64_t first = 0;            // index of its first matrix among the bucket's
   int64_t p_offset = 0;         // of its P [size, rows, rank] in the first payload
   int64_t q_offset = 0;         // of its Q [size, cols, rank] in the second payload
-  int64_t m_offset = 0;         // of its matrices [size, rows, cols] in the stacked buffer
   int64_t size() const { return static_cast<int64_t>(params.size()); }
 };
 
@@ -30,14 +32,13 @@ struct PowerSgdPlan {
   std::vector<PowerSgdGroup> groups;
   // The bucket seen as [numel / chunk, chunk], chunk the gcd of every offset and size, so
   // that each parameter is whole chunks: the rows holding the tensors averaged as they are
-  // (biases, norms, matrices rank r would not shrink), in bucket order, and those holding
-  // the compressed matrices, group by group. Int64 on the bucket's device.
+  // (biases, norms, matrices rank r would not shrink), in bucket order. Int64 on the
+  // bucket's device.
   int64_t chunk = 1;
-  torch::Tensor exact_chunks, matrix_chunks;
-  int64_t exact_numel = 0;   // elements averaged as they are, at the head of the first payload
-  int64_t p_numel = 0;       // every P: the rest of the first payload
-  int64_t q_numel = 0;       // every Q: the second payload
-  int64_t matrix_numel = 0;  // every compressed matrix
+  torch::Tensor exact_chunks;
+  int64_t exact_numel = 0;  // elements averaged as they are, at the head of the first payload
+  int64_t p_numel = 0;      // every P: the rest of the first payload
+  int64_t q_numel = 0;      // every Q: the second payload
   int64_t num_matrices = 0, max_rows = 0, max_rank = 0;
 };
 

@@ -201,7 +201,9 @@ TEST_CASE("Gram-Schmidt spans what a Householder QR spans, zero columns included
   batch[1].zero_();                  // all zero: e_1, e_2, e_3, as LAPACK leaves it
   batch[2].select(1, 2).zero_();     // a zero last column: e_3, made orthogonal
   const torch::Tensor original = batch.clone();
-  orthonormalize_columns_(batch);
+  torch::Tensor rows = batch.transpose(1, 2).contiguous();
+  orthonormalize_rows_(rows);
+  batch = rows.transpose(1, 2);
   const torch::Tensor eye = torch::eye(3, f64());
   for (int64_t b = 0; b < 4; ++b) {
     INFO("matrix " << b);
