@@ -34,12 +34,6 @@ torch::Tensor m_of(const torch::Tensor& flat, const PowerSgdGroup& group) {
       .as_strided({group.size(), group.rows, group.cols}, {group.stride, group.cols, 1});
 }
 
-// The group's P^Ts in the zero-padded batch.
-torch::Tensor padded_of(const torch::Tensor& padded, const PowerSgdGroup& group) {
-  return padded.narrow(0, group.first, group.size()).narrow(1, 0, group.rank)
-      .narrow(2, 0, group.rows);
-}
-
 // A flat tensor seen as rows of the plan's chunk, the unit of its indices.
 torch::Tensor chunks_of(const torch::Tensor& flat, const PowerSgdPlan& plan) {
   return flat.view({-1, plan.chunk});
@@ -114,16 +108,15 @@ std::unique_ptr<Work> PowerSgdCodec::second_round(Bucket& bucket) {
   Entry& entry = entries_.at(bucket.index);
   const PowerSgdPlan& plan = entry.plan;
   // Every P of the bucket orthonormalised in one batch, zero-padded to the largest.
+  torch::Tensor ps = entry.first.narrow(0, plan.exact_numel, plan.p_numel);
   entry.padded.zero_();
-  for (const PowerSgdGroup& group : plan.groups) {
-    padded_of(entry.padded, group).copy_(p_of(entry.first, group).transpose(1, 2));
-  }
+  entry.padded.view({-1}).index_copy_(0, plan.padded_index, ps);
   orthonormalize_rows_(entry.padded);
+  torch::index_select_out(ps, entry.padded.view({-1}), 0, plan.padded_index);
   for (const PowerSgdGroup& group : plan.groups) {
-    torch::Tensor p = p_of(entry.first, group);
+    const torch::Tensor p = p_of(entry.first, group);
     torch::Tensor q = q_of(entry.second, group);
     const torch::Tensor m = m_of(bucket.flat, group);
-    p.copy_(padded_of(entry.padded, group).transpose(1, 2));
     torch::bmm_out(q, m.transpose(1, 2), p);
     if (error_feedback_) {
       // What this rank's factors do not carry: M - P Q_i^T.
@@ -158,7 +151,8 @@ int64_t PowerSgdCodec::state_bytes() const {
   // And what each bucket keeps between steps besides its Qs (counted above).
   for (const Entry& entry : entries_) {
     if (!entry.first.defined()) continue;
-    total += entry.first.nbytes() + entry.padded.nbytes() + entry.plan.exact_chunks.nbytes();
+    total += entry.first.nbytes() + entry.padded.nbytes() + entry.plan.exact_chunks.nbytes() +
+             entry.plan.padded_index.nbytes();
   }
   return total;
 }

@@ -73,6 +73,17 @@ PowerSgdPlan plan_powersgd(const BucketLayout& layout,
     plan.max_rows = std::max(plan.max_rows, group.rows);
     plan.max_rank = std::max(plan.max_rank, group.rank);
   }
+  std::vector<int64_t> padded;  // P[b][i][j] -> P^T[first + b][j][i]
+  for (const PowerSgdGroup& group : plan.groups) {
+    for (int64_t b = group.first; b < group.first + group.size(); ++b) {
+      for (int64_t i = 0; i < group.rows; ++i) {
+        for (int64_t j = 0; j < group.rank; ++j) {
+          padded.push_back((b * plan.max_rank + j) * plan.max_rows + i);
+        }
+      }
+    }
+  }
+  plan.padded_index = torch::tensor(padded, torch::kInt64).to(device);
   return plan;
 }
 

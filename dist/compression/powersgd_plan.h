@@ -40,6 +40,10 @@ struct PowerSgdPlan {
   int64_t p_numel = 0;      // every P: the rest of the first payload
   int64_t q_numel = 0;      // every Q: the second payload
   int64_t num_matrices = 0, max_rows = 0, max_rank = 0;
+  // Every P transposed into one zero-padded batch [num_matrices, max_rank, max_rows], to be
+  // orthogonalised at once: where each element of the Ps (in payload order) goes. Int64 on
+  // the bucket's device.
+  torch::Tensor padded_index;
 };
 
 // The plan of a bucket laid out as `layout`, whose parameters have `shapes` (by parameter
