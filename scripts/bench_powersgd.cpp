@@ -15,6 +15,7 @@
 #include "dist/comm/communicator.h"
 #include "dist/compression/codec.h"
 #include "dist/compression/gram_schmidt.h"
+#include "dist/compression/powersgd_plan.h"
 #include "models/registry.h"
 
 #include <ATen/record_function.h>
@@ -218,8 +219,18 @@ int main(int argc, char** argv) {
   auto restore = [&]() {
     for (size_t b = 0; b < buckets.size(); ++b) buckets[b].flat.copy_(gradients[b]);
   };
-  fmt::print("ResNet-50: {} tensors in {} buckets, {}, rank {}, {} steps\n", params.size(),
-             buckets.size(), device.str(), rank, steps);
+  std::vector<std::vector<int64_t>> shapes;
+  for (const torch::Tensor& param : params) shapes.push_back(param.sizes().vec());
+  int64_t matrices = 0, groups = 0;
+  for (const Bucket& bucket : buckets) {
+    const compression::PowerSgdPlan plan =
+        compression::plan_powersgd(bucket.layout, shapes, rank, device);
+    matrices += plan.num_matrices;
+    groups += static_cast<int64_t>(plan.groups.size());
+  }
+  fmt::print("ResNet-50: {} tensors in {} buckets, {} matrices compressed in {} groups, {}, "
+             "rank {}, {} steps\n", params.size(), buckets.size(), matrices, groups,
+             device.str(), rank, steps);
   count_ops();
 
   PerMatrix per_matrix(comm, params, rank);
