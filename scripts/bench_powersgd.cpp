@@ -7,10 +7,10 @@
 // zero-padded Ps, and the batched Gram-Schmidt the codec uses.
 //   usage: scripts/mpirun.sh -np 1 build/bench_powersgd [cpu|cuda] [steps] [rank]
 //          (defaults: cuda when available, 20 steps, rank 4; float32 gradients)
-// Each figure is the best of three rounds, the two sides alternated. One rank, so the all-reduces cost next to nothing and the time is the codec's own. "ops" is
-// the number of ATen operators called per step from outside other operators (each a kernel
-// launch or more on a GPU; views and allocations left out), counted with a RecordFunction
-// callback.
+// Each figure is the best of three rounds, the two sides alternated. One rank, so the
+// all-reduces cost next to nothing and the time is the codec's own. "ops" is the number of
+// ATen operators called per step from outside other operators (each a kernel launch or more
+// on a GPU; views and allocations left out), counted with a RecordFunction callback.
 #include "dist/buckets.h"
 #include "dist/comm/communicator.h"
 #include "dist/compression/codec.h"
@@ -212,7 +212,9 @@ int main(int argc, char** argv) {
   model_options.name = "resnet50";
   auto model = dtrain::models::make_model(model_options, {3, 224, 224}, 1000);
   std::vector<torch::Tensor> params;
-  for (const torch::Tensor& param : model->parameters()) params.push_back(param.detach().to(device));
+  for (const torch::Tensor& param : model->parameters()) {
+    params.push_back(param.detach().to(device));
+  }
   std::vector<Bucket> buckets = make_buckets(params);
   std::vector<torch::Tensor> gradients;
   for (const Bucket& bucket : buckets) gradients.push_back(torch::randn_like(bucket.flat));
