@@ -1,7 +1,8 @@
 // How PowerSGD lays out one bucket: which parameters it compresses, grouped so that each
 // group's products are batched operations on a strided view of the bucket (no copy), where
-// each group's factors sit in the two all-reduce payloads, and the index that moves the
-// tensors sent as they are into and out of the first payload in one operation each way.
+// each group's factors sit in the two all-reduce payloads, and the indices that move the
+// tensors sent as they are into and out of the first payload, and the Ps into and out of
+// one padded batch, in one operation each way.
 #pragma once
 
 #include "dist/reducer.h"
