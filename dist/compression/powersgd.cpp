@@ -1,8 +1,7 @@
 #include "dist/compression/powersgd.h"
 
 #include "dist/compression/chained_work.h"
-
-#include <algorithm>
+#include "dist/compression/gram_schmidt.h"
 
 namespace dtrain::dist::compression {
 
@@ -12,6 +11,32 @@ std::vector<int64_t> numels_of(const std::vector<torch::Tensor>& params) {
   std::vector<int64_t> numels;
   for (const torch::Tensor& param : params) numels.push_back(param.numel());
   return numels;
+}
+
+// A group's part of a payload or buffer, [size, rows, cols].
+torch::Tensor stacked(const torch::Tensor& buffer, int64_t offset, const PowerSgdGroup& group,
+                      int64_t rows, int64_t cols) {
+  return buffer.narrow(0, offset, group.size() * rows * cols).view({group.size(), rows, cols});
+}
+
+torch::Tensor p_of(const torch::Tensor& first, const PowerSgdGroup& group) {
+  return stacked(first, group.p_offset, group, group.rows, group.rank);
+}
+
+torch::Tensor q_of(const torch::Tensor& second, const PowerSgdGroup& group) {
+  return stacked(second, group.q_offset, group, group.cols, group.rank);
+}
+
+// The group's matrices in a bucket-sized tensor (the gradients, the residual), in place.
+torch::Tensor m_of(const torch::Tensor& flat, const PowerSgdGroup& group) {
+  const int64_t span = (group.size() - 1) * group.stride + group.rows * group.cols;
+  return flat.narrow(0, group.offset, span)
+      .as_strided({group.size(), group.rows, group.cols}, {group.stride, group.cols, 1});
+}
+
+// A flat tensor seen as rows of the plan's chunk, the unit of its indices.
+torch::Tensor chunks_of(const torch::Tensor& flat, const PowerSgdPlan& plan) {
+  return flat.view({-1, plan.chunk});
 }
 
 }  // namespace
@@ -27,143 +52,120 @@ PowerSgdCodec::PowerSgdCodec(const CompressionOptions& options, std::shared_ptr<
   for (const torch::Tensor& param : params) shapes_.push_back(param.sizes().vec());
 }
 
-const PowerSgdCodec::Plan& PowerSgdCodec::plan_for(const Bucket& bucket) {
-  if (static_cast<int64_t>(plans_.size()) <= bucket.index) plans_.resize(bucket.index + 1);
-  Plan& plan = plans_[bucket.index];
-  if (plan.layout == bucket.layout) return plan;  // a plan not made yet has no parameters
-  plan = Plan{bucket.layout, {}, {}, 0};
-  for (size_t i = 0; i < bucket.layout.params.size(); ++i) {
-    const int64_t param = bucket.layout.params[i];
-    const int64_t offset = bucket.layout.offsets[i];
-    const std::vector<int64_t>& shape = shapes_.at(param);
-    int64_t numel = 1;
-    for (const int64_t size : shape) numel *= size;
-    const int64_t rows = shape.empty() ? 1 : shape[0];
-    const int64_t cols = rows == 0 ? 0 : numel / rows;
-    const int64_t rank = std::min({rank_, rows, cols});
-    if (shape.size() >= 2 && (rows + cols) * rank < rows * cols) {
-      plan.matrices.push_back({param, offset, rows, cols, rank});
-    } else {
-      plan.exact.emplace_back(offset, numel);
-      plan.exact_numel += numel;
-    }
-  }
-  return plan;
+PowerSgdCodec::Entry& PowerSgdCodec::entry_for(const Bucket& bucket) {
+  const auto index = static_cast<size_t>(bucket.index);
+  if (entries_.size() <= index) entries_.resize(index + 1);
+  Entry& entry = entries_[index];
+  if (entry.first.defined() && entry.plan.layout == bucket.layout) return entry;
+  // First use, or the reducer re-planned: the buffers are made again, the Qs taken from q_.
+  entry.plan = plan_powersgd(bucket.layout, shapes_, rank_, bucket.flat.device());
+  const PowerSgdPlan& plan = entry.plan;
+  const torch::TensorOptions options = bucket.flat.options();
+  entry.first = torch::empty({plan.exact_numel + plan.p_numel}, options);
+  entry.second = torch::empty({plan.q_numel}, options);
+  entry.padded = torch::zeros({plan.num_matrices, plan.max_rank, plan.max_rows}, options);
+  load_q(entry);
+  return entry;
 }
 
-torch::Tensor& PowerSgdCodec::warm_q(const Matrix& matrix, const torch::Tensor& like) {
-  torch::Tensor& q = q_[matrix.param];
-  // A checkpoint of another rank has Qs of another shape: they start again.
-  if (!q.defined() || q.size(0) != matrix.cols || q.size(1) != matrix.rank) {
-    // The same start on every rank: seeded by the parameter, drawn on the CPU.
-    auto generator = at::detail::createCPUGenerator(static_cast<uint64_t>(matrix.param) + 1);
-    q = at::randn({matrix.cols, matrix.rank}, generator, torch::kFloat64)
-            .to(like.device(), like.scalar_type());
+void PowerSgdCodec::load_q(Entry& entry) {
+  for (const PowerSgdGroup& group : entry.plan.groups) {
+    const torch::Tensor qs = q_of(entry.second, group);
+    for (int64_t i = 0; i < group.size(); ++i) {
+      const int64_t param = group.params[i];
+      torch::Tensor& q = q_[param];
+      // A checkpoint of another rank has Qs of another shape: they start again.
+      if (q.defined() && q.size(0) == group.cols && q.size(1) == group.rank) {
+        qs[i].copy_(q);
+      } else {
+        // The same start on every rank: seeded by the parameter, drawn on the CPU.
+        auto generator = at::detail::createCPUGenerator(static_cast<uint64_t>(param) + 1);
+        qs[i].copy_(at::randn({group.cols, group.rank}, generator, torch::kFloat64));
+      }
+      q = qs[i];
+    }
   }
-  return q;
 }
 
 std::unique_ptr<Work> PowerSgdCodec::launch(Bucket& bucket, int64_t step) {
   (void)step;
-  const Plan& plan = plan_for(bucket);
+  Entry& entry = entry_for(bucket);
+  const PowerSgdPlan& plan = entry.plan;
   torch::Tensor& flat = bucket.flat;
   if (error_feedback_) flat.add_(state_.at(bucket, 0));
-  int64_t first_numel = plan.exact_numel, second_numel = 0;
-  for (const Matrix& matrix : plan.matrices) {
-    first_numel += matrix.rows * matrix.rank;
-    second_numel += matrix.cols * matrix.rank;
+  torch::Tensor exact = chunks_of(entry.first.narrow(0, 0, plan.exact_numel), plan);
+  torch::index_select_out(exact, chunks_of(flat, plan), 0, plan.exact_chunks);
+  for (const PowerSgdGroup& group : plan.groups) {
+    torch::Tensor p = p_of(entry.first, group);
+    torch::bmm_out(p, m_of(flat, group), q_of(entry.second, group));
   }
-  if (static_cast<int64_t>(in_flight_.size()) <= bucket.index) in_flight_.resize(bucket.index + 1);
-  InFlight& flight = in_flight_[bucket.index];
-  flight.first = torch::empty({first_numel}, flat.options());
-  flight.second = torch::empty({second_numel}, flat.options());
-  int64_t at = 0;
-  for (const auto& [offset, numel] : plan.exact) {
-    flight.first.narrow(0, at, numel).copy_(flat.narrow(0, offset, numel));
-    at += numel;
-  }
-  for (const Matrix& matrix : plan.matrices) {
-    const torch::Tensor m = flat.narrow(0, matrix.offset, matrix.rows * matrix.cols)
-                                .view({matrix.rows, matrix.cols});
-    torch::Tensor p = flight.first.narrow(0, at, matrix.rows * matrix.rank)
-                          .view({matrix.rows, matrix.rank});
-    torch::mm_out(p, m, warm_q(matrix, flat));
-    at += matrix.rows * matrix.rank;
-  }
-  std::unique_ptr<Work> first = comm_->all_reduce(flight.first, ReduceOp::kAverage);
+  std::unique_ptr<Work> first = comm_->all_reduce(entry.first, ReduceOp::kAverage);
   return std::make_unique<ChainedWork>(
       std::move(first), [this, &bucket]() { return second_round(bucket); });
 }
 
 std::unique_ptr<Work> PowerSgdCodec::second_round(Bucket& bucket) {
-  const Plan& plan = plans_.at(bucket.index);
-  InFlight& flight = in_flight_.at(bucket.index);
-  const torch::Tensor& flat = bucket.flat;
-  torch::Tensor* residual = error_feedback_ ? &state_.at(bucket, 0) : nullptr;
-  int64_t at_p = plan.exact_numel, at_q = 0;
-  for (const Matrix& matrix : plan.matrices) {
-    torch::Tensor p = flight.first.narrow(0, at_p, matrix.rows * matrix.rank)
-                          .view({matrix.rows, matrix.rank});
-    p.copy_(std::get<0>(at::linalg_qr(p)));
-    const torch::Tensor m = flat.narrow(0, matrix.offset, matrix.rows * matrix.cols)
-                                .view({matrix.rows, matrix.cols});
-    torch::Tensor q = flight.second.narrow(0, at_q, matrix.cols * matrix.rank)
-                          .view({matrix.cols, matrix.rank});
-    torch::mm_out(q, m.t(), p);
-    if (residual) {
+  Entry& entry = entries_.at(bucket.index);
+  const PowerSgdPlan& plan = entry.plan;
+  // Every P of the bucket orthonormalised in one batch, zero-padded to the largest.
+  torch::Tensor ps = entry.first.narrow(0, plan.exact_numel, plan.p_numel);
+  entry.padded.zero_();
+  entry.padded.view({-1}).index_copy_(0, plan.padded_index, ps);
+  orthonormalize_rows_(entry.padded);
+  torch::index_select_out(ps, entry.padded.view({-1}), 0, plan.padded_index);
+  for (const PowerSgdGroup& group : plan.groups) {
+    const torch::Tensor p = p_of(entry.first, group);
+    torch::Tensor q = q_of(entry.second, group);
+    const torch::Tensor m = m_of(bucket.flat, group);
+    torch::bmm_out(q, m.transpose(1, 2), p);
+    if (error_feedback_) {
       // What this rank's factors do not carry: M - P Q_i^T.
-      torch::Tensor r = residual->narrow(0, matrix.offset, matrix.rows * matrix.cols)
-                            .view({matrix.rows, matrix.cols});
-      torch::sub_out(r, m, torch::mm(p, q.t()));
+      torch::Tensor residual = m_of(state_.at(bucket, 0), group);
+      torch::baddbmm_out(residual, m, p, q.transpose(1, 2), 1.0, -1.0);
     }
-    at_p += matrix.rows * matrix.rank;
-    at_q += matrix.cols * matrix.rank;
   }
-  return comm_->all_reduce(flight.second, ReduceOp::kAverage);
+  return comm_->all_reduce(entry.second, ReduceOp::kAverage);
 }
 
 void PowerSgdCodec::finish(Bucket& bucket) {
-  const Plan& plan = plans_.at(bucket.index);
-  InFlight& flight = in_flight_.at(bucket.index);
-  torch::Tensor& flat = bucket.flat;
-  int64_t at_p = 0, at_q = 0;
-  for (const auto& [offset, numel] : plan.exact) {
-    flat.narrow(0, offset, numel).copy_(flight.first.narrow(0, at_p, numel));
-    at_p += numel;
+  Entry& entry = entries_.at(bucket.index);
+  const PowerSgdPlan& plan = entry.plan;
+  const torch::Tensor chunks = chunks_of(bucket.flat, plan);
+  chunks.index_copy_(0, plan.exact_chunks,
+                     chunks_of(entry.first.narrow(0, 0, plan.exact_numel), plan));
+  for (const PowerSgdGroup& group : plan.groups) {
+    torch::Tensor m = m_of(bucket.flat, group);
+    torch::bmm_out(m, p_of(entry.first, group), q_of(entry.second, group).transpose(1, 2));
   }
-  for (const Matrix& matrix : plan.matrices) {
-    const torch::Tensor p = flight.first.narrow(0, at_p, matrix.rows * matrix.rank)
-                                .view({matrix.rows, matrix.rank});
-    const torch::Tensor q = flight.second.narrow(0, at_q, matrix.cols * matrix.rank)
-                                .view({matrix.cols, matrix.rank});
-    torch::Tensor m = flat.narrow(0, matrix.offset, matrix.rows * matrix.cols)
-                          .view({matrix.rows, matrix.cols});
-    torch::mm_out(m, p, q.t());
-    q_[matrix.param].copy_(q);  // the next step's warm start
-    at_p += matrix.rows * matrix.rank;
-    at_q += matrix.cols * matrix.rank;
-  }
+  // entry.second keeps the averaged Qs: the next step's warm start.
 }
 
 int64_t PowerSgdCodec::payload_bytes(const Bucket& bucket) const {
-  const InFlight& flight = in_flight_.at(bucket.index);
-  return flight.first.nbytes() + flight.second.nbytes();
+  const Entry& entry = entries_.at(bucket.index);
+  return entry.first.nbytes() + entry.second.nbytes();
 }
 
 int64_t PowerSgdCodec::state_bytes() const {
   int64_t total = Codec::state_bytes();
   for (const auto& item : q_) total += item.second.nbytes();
+  // And what each bucket keeps between steps besides its Qs (counted above).
+  for (const Entry& entry : entries_) {
+    if (!entry.first.defined()) continue;
+    total += entry.first.nbytes() + entry.padded.nbytes() + entry.plan.exact_chunks.nbytes() +
+             entry.plan.padded_index.nbytes();
+  }
   return total;
 }
 
 CodecState PowerSgdCodec::state() const {
   CodecState state = Codec::state();
-  state.shared = q_;
+  for (const auto& [param, q] : q_) state.shared[param] = q.clone();
   return state;
 }
 
 void PowerSgdCodec::set_state(CodecState state) {
   q_ = std::move(state.shared);
+  entries_.clear();  // each bucket takes its Qs from q_ at its next launch
   Codec::set_state(std::move(state));
 }
 

@@ -2,7 +2,7 @@
 // [size(0), rest]) is sent as rank-r factors, both summable, in two all-reduces per bucket:
 //   1. P = M Q with last step's Q (warm start; at first a fixed random Q, the same on every
 //      rank); all-reduce P, together with the bucket's uncompressed tensors;
-//   2. P = orthonormal columns of the average P (QR); Q = M^T P; all-reduce Q.
+//   2. P = orthonormal columns of the average P (Gram-Schmidt); Q = M^T P; all-reduce Q.
 // The average over ranks of the decoded P_i Q_i^T is P Q^T with the averaged Q (both rounds
 // average). Matrices that rank r would not shrink ((n + m) r >= n m) and tensors of one
 // dimension (biases, norms) are averaged exactly. With error feedback M includes the residual
@@ -10,9 +10,17 @@
 // the reducer's hook, overlapping backward; round 2 when a poll from the hooks finds round 1
 // done (MPI), or else in the bucket's wait() after backward (NCCL: the compute stream must
 // not wait for round 1 in the middle of backward).
+// A bucket's matrices are grouped by shape and even spacing (dist/compression/powersgd_plan.h),
+// so that each product is one batched matrix product per group on a strided view of the
+// bucket, and the orthogonalisation one batched Gram-Schmidt per bucket (no QR, which on a
+// GPU is a cuSOLVER call per matrix): a fixed number of operations per group and per bucket
+// rather than per matrix and per tensor. Each group's factors lie back to back in the
+// payloads, which are also where Q stays as the next step's warm start, and the tensors sent
+// as they are move in and out in one indexed copy each way: nothing is copied per tensor.
 #pragma once
 
 #include "dist/compression/codec.h"
+#include "dist/compression/powersgd_plan.h"
 
 namespace dtrain::dist::compression {
 
@@ -31,30 +39,27 @@ class PowerSgdCodec : public Codec {
   void set_state(CodecState state) override;
 
  private:
-  struct Matrix {
-    int64_t param, offset, rows, cols, rank;
+  // A bucket's plan and the buffers it keeps between steps (made once per plan: no
+  // allocation in the step).
+  struct Entry {
+    PowerSgdPlan plan;
+    torch::Tensor first;     // [exact_numel + p_numel]: the exact elements, then each group's P
+    torch::Tensor second;    // [q_numel]: each group's Q, kept as the next step's warm start
+    torch::Tensor padded;    // [num_matrices, max_rank, max_rows]: every P^T, zero-padded
   };
-  struct Plan {
-    BucketLayout layout;
-    std::vector<Matrix> matrices;
-    std::vector<std::pair<int64_t, int64_t>> exact;  // (offset, numel): averaged as they are
-    int64_t exact_numel = 0;
-  };
-  struct InFlight {
-    torch::Tensor first;   // [exact_numel + sum rows x rank]: exact elements, then each P
-    torch::Tensor second;  // [sum cols x rank]: each Q
-  };
-  const Plan& plan_for(const Bucket& bucket);
-  torch::Tensor& warm_q(const Matrix& matrix, const torch::Tensor& like);
+  Entry& entry_for(const Bucket& bucket);
+  // Fills `entry`'s Qs from q_, or else with the fixed random start; q_ then views them.
+  void load_q(Entry& entry);
   std::unique_ptr<Work> second_round(Bucket& bucket);
 
   std::shared_ptr<Communicator> comm_;
   int64_t rank_;
   bool error_feedback_;
   std::vector<std::vector<int64_t>> shapes_;  // by parameter
-  std::vector<Plan> plans_;                   // by bucket
-  std::vector<InFlight> in_flight_;           // by bucket
-  ByParam q_;                                 // by parameter, [cols, rank]
+  std::vector<Entry> entries_;                // by bucket
+  // By parameter, [cols, rank]: views of each Q where its bucket keeps it (a checkpoint's
+  // until that bucket's next launch), so a Q follows its parameter when buckets re-plan.
+  ByParam q_;
 };
 
 }  // namespace dtrain::dist::compression

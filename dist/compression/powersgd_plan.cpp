@@ -1,0 +1,90 @@
+#include "dist/compression/powersgd_plan.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace dtrain::dist::compression {
+
+namespace {
+
+struct Span {
+  int64_t offset, numel;
+};
+
+// The chunk rows of `spans`, in order, as an int64 index on `device`.
+torch::Tensor chunk_index(const std::vector<Span>& spans, int64_t chunk, torch::Device device) {
+  std::vector<int64_t> rows;
+  for (const Span& span : spans) {
+    for (int64_t row = span.offset / chunk; row < (span.offset + span.numel) / chunk; ++row) {
+      rows.push_back(row);
+    }
+  }
+  return torch::tensor(rows, torch::kInt64).to(device);
+}
+
+}  // namespace
+
+PowerSgdPlan plan_powersgd(const BucketLayout& layout,
+                           const std::vector<std::vector<int64_t>>& shapes, int64_t rank,
+                           torch::Device device) {
+  PowerSgdPlan plan;
+  plan.layout = layout;
+  std::vector<Span> exact;
+  int64_t chunk = layout.numel;
+  for (size_t i = 0; i < layout.params.size(); ++i) {
+    const int64_t param = layout.params[i];
+    const int64_t offset = layout.offsets[i];
+    const std::vector<int64_t>& shape = shapes.at(param);
+    int64_t numel = 1;
+    for (const int64_t size : shape) numel *= size;
+    const int64_t rows = shape.empty() ? 1 : shape[0];
+    const int64_t cols = rows == 0 ? 0 : numel / rows;
+    const int64_t r = std::min({rank, rows, cols});
+    if (shape.size() < 2 || (rows + cols) * r >= rows * cols) {
+      chunk = std::gcd(chunk, std::gcd(offset, numel));
+      exact.push_back({offset, numel});
+      plan.exact_numel += numel;
+      continue;
+    }
+    // A group of this shape that this matrix continues evenly (any second one does).
+    auto continues = [&](const PowerSgdGroup& group) {
+      if (group.rows != rows || group.cols != cols || group.rank != r) return false;
+      const int64_t last = group.offset + (group.size() - 1) * group.stride;
+      return group.size() == 1 ? offset - last >= numel : offset - last == group.stride;
+    };
+    auto group = std::find_if(plan.groups.begin(), plan.groups.end(), continues);
+    if (group == plan.groups.end()) {
+      plan.groups.push_back({rows, cols, r, {}, offset, numel});
+      group = plan.groups.end() - 1;
+    }
+    if (group->size() == 1) group->stride = offset - group->offset;
+    group->params.push_back(param);
+  }
+  plan.chunk = std::max<int64_t>(chunk, 1);  // 0 for an empty bucket
+  plan.exact_chunks = chunk_index(exact, plan.chunk, device);
+
+  for (PowerSgdGroup& group : plan.groups) {
+    group.first = plan.num_matrices;
+    group.p_offset = plan.exact_numel + plan.p_numel;
+    group.q_offset = plan.q_numel;
+    plan.num_matrices += group.size();
+    plan.p_numel += group.size() * group.rows * group.rank;
+    plan.q_numel += group.size() * group.cols * group.rank;
+    plan.max_rows = std::max(plan.max_rows, group.rows);
+    plan.max_rank = std::max(plan.max_rank, group.rank);
+  }
+  std::vector<int64_t> padded;  // P[b][i][j] -> P^T[first + b][j][i]
+  for (const PowerSgdGroup& group : plan.groups) {
+    for (int64_t b = group.first; b < group.first + group.size(); ++b) {
+      for (int64_t i = 0; i < group.rows; ++i) {
+        for (int64_t j = 0; j < group.rank; ++j) {
+          padded.push_back((b * plan.max_rank + j) * plan.max_rows + i);
+        }
+      }
+    }
+  }
+  plan.padded_index = torch::tensor(padded, torch::kInt64).to(device);
+  return plan;
+}
+
+}  // namespace dtrain::dist::compression

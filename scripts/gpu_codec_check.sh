@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# On a multi-GPU machine, the gradient codecs over NCCL: build, their multi-rank tests on the
+# GPUs, PowerSGD's encode + decode on one GPU against its per-matrix form
+# (scripts/bench_powersgd.cpp), then ResNet-50 (configs/resnet50_synthetic.toml, bf16, batch
+# 128 per GPU) under DDP on up to 4 GPUs with each codec: img/s against no codec, encode and
+# decode ms and their share of the uncompressed step, and the ms each codec adds to the step
+# in all (docs/PERFORMANCE.md's "Gradient compression" table). On NCCL, PowerSGD's second
+# round (orthogonalisation, Q = M^T P) runs in the bucket's wait() after backward: it is in
+# the added and exposed ms, not in encode ms.
+#   usage: scripts/gpu_codec_check.sh OUT_DIR  (after scripts/prepare_gpu_deps.sh brought .deps)
+#   STEPS (default 40) and CODECS (default "none fp16 topk powersgd onebit") override.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=$1
+mkdir -p "$out"
+. scripts/gpu_build.sh  # gpu_build; the GPU environment (scripts/gpu_env.sh)
+nvidia-smi -L | tee "$out/gpus.txt"
+gpus=$(nvidia-smi -L | wc -l)
+ranks=$((gpus < 4 ? gpus : 4))
+
+gpu_build dist_tests trainer bench_powersgd
+echo "== codec tests over NCCL, 2 ranks"
+(cd build-gpu && ctest --output-on-failure \
+  -R '^dist\.(codec|reducer_codec|ddp_codec|powersgd)_nccl\.np2' -j 1) >"$out/ctest.log" 2>&1
+grep -E "Test +#|tests passed|FAILED|Failed" "$out/ctest.log" | tail -10
+
+echo "== PowerSGD encode + decode on one GPU, batched against per matrix"
+mpirun -np 1 --bind-to none -x LD_LIBRARY_PATH build-gpu/bench_powersgd cuda 20 2>&1 |
+  tee "$out/bench_powersgd.txt"
+
+steps=${STEPS:-40}
+codecs=${CODECS:-"none fp16 topk powersgd onebit"}
+echo "== ResNet-50 bf16 DDP on $ranks GPUs, $steps steps: $codecs"
+runs="$out/runs"
+rm -rf "$runs"  # the trainer never writes into another run's directory
+for codec in $codecs; do
+  mpirun -np "$ranks" --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE \
+    build-gpu/trainer --config configs/resnet50_synthetic.toml --set dist.strategy=ddp \
+    --set dist.compression.kind="$codec" --set train.max_steps="$steps" \
+    --set run.out_dir="$runs" --set run.name="$codec" >"$out/$codec.log" 2>&1 ||
+    { echo "$codec failed:"; tail -5 "$out/$codec.log"; }
+done
+python3 - "$runs" $codecs <<'PY' | tee "$out/codecs.md"
+import json, os, sys
+runs, codecs = sys.argv[1], sys.argv[2:]
+def means(codec):
+    path = os.path.join(runs, codec, "metrics.jsonl")
+    if not os.path.exists(path):
+        return None
+    steps = [r for r in map(json.loads, open(path)) if r["kind"] == "step"][1:]
+    keys = ["throughput/img_per_s", "time/step_ms", "comm/encode_ms", "comm/decode_ms",
+            "comm/compression_ratio", "comm/ms", "comm/exposed_ms"]
+    return {k: sum(s.get(k, 0.0) for s in steps) / max(len(steps), 1) for k in keys}
+base = means("none") or means(codecs[0])
+base_ms = base["time/step_ms"]
+print(f"| codec | img/s | vs none | encode ms | decode ms | encode + decode, of a "
+      f"{base_ms:.1f} ms step | step ms | added ms | bytes ratio | comm ms | exposed ms |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for codec in codecs:
+    m = means(codec)
+    if m is None:
+        print(f"| {codec} | failed |"); continue
+    coding = m["comm/encode_ms"] + m["comm/decode_ms"]
+    print(f"| {codec} | {m['throughput/img_per_s']:,.0f} | "
+          f"{m['throughput/img_per_s'] / base['throughput/img_per_s']:.3f} | "
+          f"{m['comm/encode_ms']:.2f} | {m['comm/decode_ms']:.2f} | "
+          f"{100 * coding / base_ms:.1f}% | {m['time/step_ms']:.1f} | "
+          f"{m['time/step_ms'] - base_ms:.1f} | {m['comm/compression_ratio']:.1f} | "
+          f"{m['comm/ms']:.2f} | {m['comm/exposed_ms']:.2f} |")
+PY
