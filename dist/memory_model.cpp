@@ -94,7 +94,8 @@ MemoryPrediction zero2(const ZeroOptions& options, const ModelStateInput& input,
 }
 
 // ps.h: workers hold the model and its gradient buckets (whole tensors back to back); servers
-// their chunks' parameters, gradients and optimizer state. A colocated rank is both.
+// their chunks' parameters, gradients and optimizer state, in host memory. A colocated rank
+// is both.
 MemoryPrediction ps(const PsOptions& options, const ModelStateInput& input, int world_size) {
   const bool dedicated = options.placement == "dedicated";
   MemoryPrediction prediction{fmt::format("ps ({})", options.placement), {}, "", false};
@@ -124,6 +125,7 @@ MemoryPrediction ps(const PsOptions& options, const ModelStateInput& input, int 
       bytes.parameters += chunks;
       bytes.gradients += chunks;
       bytes.optimizer_state += input.state_tensors * chunks;
+      bytes.host = (2 + input.state_tensors) * chunks;  // servers serve from host memory
     }
     prediction.ranks.push_back(bytes);
   }
