@@ -48,7 +48,7 @@ nlohmann::json ranks_json(const std::vector<dist::ModelStateBytes>& ranks) {
 }
 
 // The configured strategy, a row per run of ranks that hold the same; a column of the bytes in
-// host memory where some are (a parameter server's).
+// host memory beside GPU workers where some are (a parameter server's).
 std::string rank_table(const dist::MemoryPrediction& prediction) {
   const std::vector<dist::ModelStateBytes>& ranks = prediction.ranks;
   const bool any_host = std::any_of(ranks.begin(), ranks.end(),

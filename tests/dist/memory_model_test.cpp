@@ -77,8 +77,12 @@ TEST_CASE("the memory model's bytes per rank for a small model", "[dist][memory]
   options.ps.chunk_mb = 200.0 / kMiB;
   check_ranks(predict_model_state(options, input, 2),
               {{852 + 424, 852 + 424, 424}, {852 + 428, 852 + 428, 428}});
-  // A server's chunks are in host memory: parameters, gradients and state, 3 x its chunks.
+  // A server's chunks (parameters, gradients and state: 3 x its chunks) in host memory over
+  // messages; on its worker's GPU over collectives, which "auto" picks here on GPUs.
+  CHECK(predict_model_state(options, input, 2).ranks[0].host == 0);
+  options.ps.transport = "messages";
   CHECK(predict_model_state(options, input, 2).ranks[0].host == 3 * 424);
+  options.ps.transport = "auto";
   // One dedicated server among 3 ranks: two workers, and a server of every chunk.
   options.ps.placement = "dedicated";
   options.ps.servers = 1;
