@@ -403,7 +403,9 @@ std::unique_ptr<Communicator> make_nccl_first_ranks(int device_index, double tim
         DTRAIN_NCCL_CHECK(ncclCommInitRank(&comm, num_ranks, id, rank));
         return comm;
       });
-  if (members != MPI_COMM_WORLD) MPI_Comm_free(&members);
+  if (members != MPI_COMM_WORLD) {
+    DTRAIN_CHECK(MPI_Comm_free(&members) == MPI_SUCCESS, "MPI_Comm_free of NCCL's members failed");
+  }
   return communicator;
 }
 
