@@ -115,6 +115,9 @@ MemoryPrediction ps(const PsOptions& options, const ModelStateInput& input, int 
                                    options.consistency == "async");
   const std::vector<int64_t> served = plan.server_numel();
   const int64_t model = bytes_of(input.params);
+  // Beside GPU workers, the message transport's servers keep their chunks in host memory
+  // (a dedicated server runs on the CPU); the collective transport's, on their worker's GPU.
+  const bool chunks_on_host = !options.use_collectives(/*on_gpus=*/true);
   for (int r = 0; r < world_size; ++r) {
     ModelStateBytes bytes;
     if (r < workers) bytes = {model, model, 0};
@@ -124,6 +127,7 @@ MemoryPrediction ps(const PsOptions& options, const ModelStateInput& input, int 
       bytes.parameters += chunks;
       bytes.gradients += chunks;
       bytes.optimizer_state += input.state_tensors * chunks;
+      if (chunks_on_host) bytes.host = (2 + input.state_tensors) * chunks;
     }
     prediction.ranks.push_back(bytes);
   }

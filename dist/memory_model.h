@@ -24,8 +24,9 @@
 //     prediction is per rank.
 //   - The parameter server: a worker holds the whole model and its gradient buckets; a server
 //     (every rank when colocated, the last dist.ps.servers ranks when dedicated) holds its
-//     chunks' master parameters, their gradients and their optimizer state. Its stats report
-//     the optimizer state only.
+//     chunks' master parameters, their gradients and their optimizer state, in host memory
+//     over the message transport (ModelStateBytes::host; dedicated servers run on the CPU
+//     beside GPU workers). Its stats report the optimizer state only.
 // Not model state here, as not in the stats: codec state (memory/codec_state_mb), the ps's
 // messages in flight and its SSP slots over collectives, activations and autograd's gradients
 // of incomplete buckets (memory/host_peak_mb and memory/device_peak_allocated_mb measure all).
@@ -49,6 +50,10 @@ struct ModelStateBytes {
   int64_t parameters = 0;
   int64_t gradients = 0;
   int64_t optimizer_state = 0;
+  // Of total(), the bytes in host memory even when the workers run on GPUs: a parameter
+  // server's chunks over the message transport (a dedicated server runs on the CPU; a
+  // colocated one keeps its shard in host memory beside its GPU, on the GPU over collectives).
+  int64_t host = 0;
   int64_t total() const { return parameters + gradients + optimizer_state; }
 };
 

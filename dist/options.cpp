@@ -41,7 +41,8 @@ FieldErrors ZeroOptions::validate() const { return check_declared(*this); }
 void PsOptions::declare(OptionSpecs& keys) {
   keys.add("placement", &placement,
            "colocated: every worker also serves a shard; dedicated: dist.ps.servers extra ranks "
-           "(the last) serve and take no data")
+           "(the last) serve from host memory on the CPU and take no data, beside workers on "
+           "any device")
       .one_of({"colocated", "dedicated"});
   keys.add("servers", &servers, "server ranks under placement = \"dedicated\"").range(1, 4096);
   keys.add("chunk_mb", &chunk_mb, "MiB of parameters per chunk, the unit of placement")

@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "data/dataset.h"
 #include "dist/memory_model.h"
+#include "dist/placement.h"
 #include "dist/zero/zero3.h"
 #include "models/registry.h"
 #include "optim/state_bytes.h"
@@ -37,43 +38,48 @@ nlohmann::json ranks_json(const std::vector<dist::ModelStateBytes>& ranks) {
                     {"gradients_mb", mib(b.gradients)},
                     {"optimizer_state_mb", mib(b.optimizer_state)},
                     {"total_mb", mib(b.total())},
+                    {"host_mb", mib(b.host)},
                     {"parameters_bytes", b.parameters},
                     {"gradients_bytes", b.gradients},
-                    {"optimizer_state_bytes", b.optimizer_state}});
+                    {"optimizer_state_bytes", b.optimizer_state},
+                    {"host_bytes", b.host}});
   }
   return list;
 }
 
-// The configured strategy, a row per run of ranks that hold the same.
+// The configured strategy, a row per run of ranks that hold the same; a column of the bytes in
+// host memory beside GPU workers where some are (a parameter server's).
 std::string rank_table(const dist::MemoryPrediction& prediction) {
-  std::string text =
-      fmt::format("  {:<10} {:>12} {:>12} {:>12} {:>12}\n", "rank", "parameters", "gradients",
-                  "optimizer", "total");
   const std::vector<dist::ModelStateBytes>& ranks = prediction.ranks;
+  const bool any_host = std::any_of(ranks.begin(), ranks.end(),
+                                    [](const dist::ModelStateBytes& b) { return b.host > 0; });
+  const auto row = [any_host](const std::string& name, const dist::ModelStateBytes& b) {
+    return fmt::format("  {:<10} {:>12.3f} {:>12.3f} {:>12.3f} {:>12.3f}{}\n", name,
+                       mib(b.parameters), mib(b.gradients), mib(b.optimizer_state),
+                       mib(b.total()), any_host ? fmt::format(" {:>12.3f}", mib(b.host)) : "");
+  };
+  std::string text = fmt::format("  {:<10} {:>12} {:>12} {:>12} {:>12}{}\n", "rank",
+                                 "parameters", "gradients", "optimizer", "total",
+                                 any_host ? fmt::format(" {:>12}", "of it host") : "");
   const auto same = [](const dist::ModelStateBytes& a, const dist::ModelStateBytes& b) {
     return a.parameters == b.parameters && a.gradients == b.gradients &&
-           a.optimizer_state == b.optimizer_state;
+           a.optimizer_state == b.optimizer_state && a.host == b.host;
   };
   dist::ModelStateBytes sum;
   for (size_t first = 0; first < ranks.size();) {
     size_t last = first;
     while (last + 1 < ranks.size() && same(ranks[last + 1], ranks[first])) ++last;
-    const dist::ModelStateBytes& b = ranks[first];
-    text += fmt::format("  {:<10} {:>12.3f} {:>12.3f} {:>12.3f} {:>12.3f}\n",
-                        first == last ? fmt::format("{}", first)
-                                      : fmt::format("{}-{}", first, last),
-                        mib(b.parameters), mib(b.gradients), mib(b.optimizer_state),
-                        mib(b.total()));
+    text += row(first == last ? fmt::format("{}", first) : fmt::format("{}-{}", first, last),
+                ranks[first]);
     first = last + 1;
   }
   for (const dist::ModelStateBytes& b : ranks) {
     sum.parameters += b.parameters;
     sum.gradients += b.gradients;
     sum.optimizer_state += b.optimizer_state;
+    sum.host += b.host;
   }
-  text += fmt::format("  {:<10} {:>12.3f} {:>12.3f} {:>12.3f} {:>12.3f}\n", "all ranks",
-                      mib(sum.parameters), mib(sum.gradients), mib(sum.optimizer_state),
-                      mib(sum.total()));
+  text += row("all ranks", sum);
   return text;
 }
 
@@ -176,6 +182,12 @@ void report_memory_plan(const Config& config, int world_size, const std::string&
                                      ? ""
                                      : "; its metrics report the optimizer state only");
   text += rank_table(configured);
+  const dist::RankPlacement placement = dist::place_ranks(config.dist, world_size);
+  if (placement.num_device_ranks < world_size) {
+    text += fmt::format("  rank(s) {}-{} take no data and run on the CPU: all of theirs is in host "
+                        "memory, whatever run.device\n",
+                        placement.num_device_ranks, world_size - 1);
+  }
   nlohmann::json strategies = nlohmann::json::array();
   text += comparison_table(config.dist, input, world_size, strategies);
   text.pop_back();

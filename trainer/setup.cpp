@@ -5,6 +5,7 @@
 #include "data/dataset.h"
 #include "dist/agreement.h"
 #include "dist/factory.h"
+#include "dist/placement.h"
 #include "dist/sync_batchnorm.h"
 #include "trainer/config.h"
 #include "trainer/run_dir.h"
@@ -151,8 +152,14 @@ RunSetup build_run(const Config& config) {
   std::shared_ptr<dist::Communicator> control = dist::make_mpi_world(config.dist.timeout_s);
   dist::check_same_on_all_ranks(*control, "resolved config", config_lines(config));
   check_debug_ranks(config.debug, setup.world.size);
-  setup.device = resolve_device(config.run.device, setup.world.local_rank);
-  if (config.train.precision != "fp32" && !setup.device.is_cuda()) {
+  // A host-only rank (a dedicated parameter server) takes no GPU. The ranks that compute come
+  // first in the world, so on each node their local ranks number them: 4 workers and a server
+  // on a 4-GPU machine take one GPU each.
+  setup.placement = dist::place_ranks(config.dist, setup.world.size);
+  const bool host_only = setup.placement.host_only(setup.world.rank);
+  setup.device = host_only ? torch::Device(torch::kCPU)
+                           : resolve_device(config.run.device, setup.world.local_rank);
+  if (config.train.precision != "fp32" && !setup.device.is_cuda() && !host_only) {
     throw UserError(fmt::format("train.precision = \"{}\" needs CUDA, and this run is on CPU; "
                                 "use \"fp32\"",
                                 config.train.precision));
@@ -177,9 +184,11 @@ RunSetup build_run(const Config& config) {
   dist::check_same_on_all_ranks(*control, "model parameters and buffers",
                                 model_lines(*setup.model));
 
+  // On GPUs, NCCL over the ranks that compute: host-only ranks have no GPU to join it with.
   setup.comm = setup.device.is_cpu()
                    ? control
-                   : dist::make_world_communicator(setup.device, config.dist.timeout_s);
+                   : dist::make_device_communicator(setup.device, config.dist.timeout_s,
+                                                    setup.placement.num_device_ranks);
   setup.strategy = dist::make_strategy(config.dist, setup.comm);
   // The strategy decides which ranks take data: the sampler shards over its data group, and
   // SyncBatchNorm's statistics are those of the group's batch.
@@ -215,6 +224,19 @@ RunSetup build_run(const Config& config) {
   return setup;
 }
 
+namespace {
+
+// " | host-only ranks 4-5" where some ranks take no data and hold no device.
+std::string host_only_ranks(const RunSetup& setup) {
+  const int first = setup.placement.num_device_ranks;
+  const int last = setup.world.size - 1;
+  if (first > last) return "";
+  if (first == last) return fmt::format(" | host-only rank {}", first);
+  return fmt::format(" | host-only ranks {}-{}", first, last);
+}
+
+}  // namespace
+
 std::string describe_run(const Config& config, const RunSetup& setup) {
   int64_t num_params = 0;
   for (const torch::Tensor& param : setup.model->parameters()) num_params += param.numel();
@@ -230,11 +252,12 @@ std::string describe_run(const Config& config, const RunSetup& setup) {
   return fmt::format(
       "dtrain {} | LibTorch {} | CUDA build {} | OpenCV {}\n"
       "run {} -> {}\n"
-      "{} rank(s) on {} node(s) | device {} | {} torch threads | strategy {}\n"
+      "{} rank(s) on {} node(s) | device {}{} | {} torch threads | strategy {}\n"
       "model {} ({} parameters) | data {} | precision {}{}\n"
       "global batch {} ({} rank(s) x {} x {} micro-steps) | {} steps/epoch | {} steps",
       dtrain_version(), TORCH_VERSION, cuda, opencv, config.run.name, setup.run_dir,
-      setup.world.size, setup.world.num_nodes, setup.device.str(), torch::get_num_threads(),
+      setup.world.size, setup.world.num_nodes, setup.device.str(), host_only_ranks(setup),
+      torch::get_num_threads(),
       setup.strategy->name(), config.model.name, num_params,
       config.data.dataset, config.train.precision,
       config.train.channels_last ? " | channels_last" : "", setup.images_per_step,

@@ -4,6 +4,7 @@
 #include "data/loader.h"
 #include "dist/comm/communicator.h"
 #include "dist/comm/mpi_communicator.h"
+#include "dist/placement.h"
 #include "dist/strategy.h"
 #include "models/model.h"
 #include "optim/schedule.h"
@@ -18,8 +19,11 @@ namespace dtrain::trainer {
 
 struct RunSetup {
   dist::WorldInfo world;
+  // Which ranks compute on run.device and which hold state in host memory only.
+  dist::RankPlacement placement;
   torch::Device device = torch::kCPU;
-  // The world on `device`'s tensors (MPI for CPU, NCCL for CUDA).
+  // The world on `device`'s tensors: MPI for CPU; NCCL for CUDA, over the ranks that compute
+  // (placement.num_device_ranks; every rank but dedicated parameter servers).
   std::shared_ptr<dist::Communicator> comm;
   std::string run_dir;
   std::shared_ptr<models::Model> model;
@@ -32,8 +36,9 @@ struct RunSetup {
   int64_t images_per_step = 0;  // global batch
 };
 
-// Resolves run.device: "auto" takes CUDA when a device is visible; a CUDA rank takes the
-// GPU local_rank % (visible GPUs) and makes it current.
+// Resolves run.device for a rank that computes: "auto" takes CUDA when a device is visible; a
+// CUDA rank takes the GPU local_rank % (visible GPUs) and makes it current. Host-only ranks
+// (dist/placement.h) never call it.
 torch::Device resolve_device(const std::string& requested, int local_rank);
 
 // Collective: every rank builds its part of the run and checks that all ranks agree on the

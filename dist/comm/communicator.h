@@ -125,5 +125,10 @@ class Communicator {
 // The world's communicator for tensors on `device`: Open MPI for CPU, NCCL for CUDA (an error
 // in a build without NCCL). Every operation bounded by `timeout_s` seconds.
 std::unique_ptr<Communicator> make_world_communicator(torch::Device device, double timeout_s);
+// The same over world ranks [0, num_ranks) only, ranked as in the world: the ranks that
+// compute on `device` when the ranks after them hold no device (dist/placement.h). Collective
+// over those ranks only.
+std::unique_ptr<Communicator> make_device_communicator(torch::Device device, double timeout_s,
+                                                       int num_ranks);
 
 }  // namespace dtrain::dist

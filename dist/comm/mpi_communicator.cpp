@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "dist/comm/gather.h"
+#include "dist/comm/mpi_groups.h"
 #include "dist/comm/mpi_types.h"
 #include "dist/comm/mpi_work.h"
 #include "dist/comm/nodes.h"
@@ -373,6 +374,11 @@ std::string mpi_library_version() {
 std::unique_ptr<Communicator> make_mpi_world(double timeout_s) {
   init_world();
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, timeout_s);
+}
+
+std::unique_ptr<Communicator> make_mpi_first_ranks(int num_ranks, double timeout_s) {
+  init_world();
+  return std::make_unique<MpiCommunicator>(first_world_ranks(num_ranks), timeout_s);
 }
 
 std::unique_ptr<Communicator> make_mpi_node(double timeout_s) {

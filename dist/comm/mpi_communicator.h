@@ -54,6 +54,9 @@ std::string mpi_library_version();
 
 // The world's communicator, each wait bounded by `timeout_s` seconds.
 std::unique_ptr<Communicator> make_mpi_world(double timeout_s);
+// World ranks [0, num_ranks), ranked as in the world, each wait bounded by `timeout_s`.
+// Collective over those ranks only: the ranks after them never call.
+std::unique_ptr<Communicator> make_mpi_first_ranks(int num_ranks, double timeout_s);
 // The ranks of this rank's node (WorldInfo::node), in world order. Collective over the world.
 std::unique_ptr<Communicator> make_mpi_node(double timeout_s);
 

@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "dist/comm/gather.h"
 #include "dist/comm/mpi_communicator.h"
+#include "dist/comm/mpi_groups.h"
 #include "dist/comm/nccl_types.h"
 #include "dist/comm/nccl_work.h"
 #include "dist/comm/progress_channel.h"
@@ -377,25 +378,35 @@ class NcclCommunicator : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_nccl_world(int device_index, double timeout_s) {
+  return make_nccl_first_ranks(device_index, timeout_s, init_world().size);
+}
+
+std::unique_ptr<Communicator> make_nccl_first_ranks(int device_index, double timeout_s,
+                                                    int num_ranks) {
   const WorldInfo world = init_world();
   int devices = 0;
   DTRAIN_CUDA_CHECK(cudaGetDeviceCount(&devices));
   DTRAIN_CHECK(device_index >= 0 && device_index < devices,
                "NCCL communicator on cuda:{}, but this machine shows {} CUDA device(s)",
                device_index, devices);
-  return std::make_unique<NcclCommunicator>(
+  // The members' MPI communicator carries the unique id and, duplicated, the side channel.
+  MPI_Comm members = first_world_ranks(num_ranks);
+  auto communicator = std::make_unique<NcclCommunicator>(
       static_cast<c10::DeviceIndex>(device_index), timeout_s,
       "NCCL start-up (unique id broadcast, ncclCommInitRank)",
-      std::make_unique<ProgressChannel>(MPI_COMM_WORLD), [world] {
+      std::make_unique<ProgressChannel>(members), [members, num_ranks, rank = world.rank] {
         ncclUniqueId id{};
-        if (world.rank == 0) DTRAIN_NCCL_CHECK(ncclGetUniqueId(&id));
-        const int status =
-            MPI_Bcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, MPI_COMM_WORLD);
+        if (rank == 0) DTRAIN_NCCL_CHECK(ncclGetUniqueId(&id));
+        const int status = MPI_Bcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, members);
         DTRAIN_CHECK(status == MPI_SUCCESS, "MPI_Bcast of NCCL's unique id returned {}", status);
         ncclComm_t comm = nullptr;
-        DTRAIN_NCCL_CHECK(ncclCommInitRank(&comm, world.size, id, world.rank));
+        DTRAIN_NCCL_CHECK(ncclCommInitRank(&comm, num_ranks, id, rank));
         return comm;
       });
+  if (members != MPI_COMM_WORLD) {
+    DTRAIN_CHECK(MPI_Comm_free(&members) == MPI_SUCCESS, "MPI_Comm_free of NCCL's members failed");
+  }
+  return communicator;
 }
 
 }  // namespace dtrain::dist

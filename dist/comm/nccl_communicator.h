@@ -34,5 +34,10 @@ namespace dtrain::dist {
 // blocking over every rank of the world: rank 0 creates NCCL's unique id and broadcasts it over
 // MPI (started with init_world()); bounded by `timeout_s`, as every operation.
 std::unique_ptr<Communicator> make_nccl_world(int device_index, double timeout_s);
+// The same over world ranks [0, num_ranks) only (ranked as in the world; rank 0 creates the
+// id): collective over those ranks, the ranks after them never call. For workers beside
+// dedicated CPU parameter servers, which hold no GPU.
+std::unique_ptr<Communicator> make_nccl_first_ranks(int device_index, double timeout_s,
+                                                    int num_ranks);
 
 }  // namespace dtrain::dist

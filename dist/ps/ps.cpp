@@ -5,6 +5,7 @@
 #include "dist/coalesced.h"
 #include "dist/comm/mpi_communicator.h"
 #include "dist/optimizer_state.h"
+#include "dist/placement.h"
 #include "dist/ps/protocol.h"
 #include "dist/ps/state_message.h"
 #include "dist/ps/whole_state.h"
@@ -90,22 +91,27 @@ PsStrategy::PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, d
       timeout_s_(timeout_s),
       current_(0, 1),
       last_(0, 1) {
-  const int ranks = world_->size();
-  const int rank = world_->rank();
+  // Roles come from the whole world, of which world_ may be a part (the workers' GPUs).
+  const std::unique_ptr<Communicator> mpi_world = make_mpi_world(timeout_s_);
+  const int ranks = mpi_world->size();
+  const int rank = mpi_world->rank();
   const bool dedicated = options_.placement == "dedicated";
-  num_servers_ = dedicated ? static_cast<int>(options_.servers) : ranks;
-  num_workers_ = dedicated ? ranks - num_servers_ : ranks;
-  if (num_workers_ < 1) {
-    throw UserError(fmt::format(
-        "dist.ps.servers = {} dedicated servers leave no worker among {} rank(s); start more "
-        "ranks (workers + servers) or use dist.ps.placement = \"colocated\"",
-        num_servers_, ranks));
+  const RankPlacement placement = place_ps_ranks(options_, ranks);
+  num_workers_ = placement.num_device_ranks;
+  num_servers_ = dedicated ? ranks - num_workers_ : ranks;
+  is_worker_ = !placement.host_only(rank);
+  worker_index_ = is_worker_ ? rank : 0;
+  if (is_worker_ && world_->device().is_cuda()) {
+    // NCCL over every rank would need a GPU on each server too.
+    DTRAIN_CHECK(world_->size() == num_workers_,
+                 "ps: the workers' {} communicator spans {} rank(s), and there are {} workers; "
+                 "build it over the workers only (dist/placement.h, make_device_communicator)",
+                 world_->backend(), world_->size(), num_workers_);
   }
-  if (dedicated && !world_->device().is_cpu()) {
-    // The world's NCCL communicator would need a GPU per server rank as well.
-    throw UserError("dist.ps.placement = \"dedicated\" runs on CPU ranks only in this version; "
-                    "on GPUs use \"colocated\" (every worker serves a shard from host memory)");
-  }
+  DTRAIN_CHECK(is_worker_ || world_->device().is_cpu(),
+               "ps: dedicated server rank {} runs on the CPU (dist/placement.h), but was given "
+               "a communicator on {}",
+               rank, world_->device().str());
   if (options_.hierarchical && !world_->device().is_cpu()) {
     // Written for GPU workers (host copies), not yet run on GPUs; there the collective
     // transport sums on the links anyway.
@@ -118,10 +124,7 @@ PsStrategy::PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, d
                     "OMPI_MCA_orte_enable_recovery=1): without it mpirun ends the whole job when "
                     "one rank dies");
   }
-  is_worker_ = rank < num_workers_;
-  worker_index_ = is_worker_ ? rank : 0;
   const bool is_server = !dedicated || !is_worker_;
-  const std::unique_ptr<Communicator> mpi_world = make_mpi_world(timeout_s_);
   requests_ = mpi_world->dup();
   replies_ = mpi_world->dup();
   workers_comm_ = mpi_world->split(is_worker_ ? 0 : 1, rank);
@@ -135,12 +138,8 @@ PsStrategy::PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, d
     is_leader_ = hierarchy_->is_leader();
   }
   std::shared_ptr<Communicator> servers = mpi_world->split(is_server ? 0 : 1, rank);
-  if (world_->device().is_cpu()) {
-    data_comm_ = workers_comm_;
-  } else {
-    data_comm_ = dedicated ? std::shared_ptr<Communicator>(world_->split(is_worker_ ? 0 : 1, rank))
-                           : world_;
-  }
+  // SyncBatchNorm's group: the workers on their device, where world_ spans them alone.
+  data_comm_ = world_->device().is_cpu() ? workers_comm_ : world_;
   if (is_server) {
     // The server's setup is finished in attach(), which knows the model.
     PsServerSetup setup;
@@ -192,12 +191,7 @@ void PsStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_o
   }
   buffers_ = model.buffers();
   require_one_dtype(params_, names_, "ps");
-  {  // Every rank, servers too, starts from rank 0's model.
-    std::vector<torch::Tensor> state = params_;
-    state.insert(state.end(), buffers_.begin(), buffers_.end());
-    torch::NoGradGuard no_grad;
-    if (world_->size() > 1) broadcast_coalesced(*world_, state, 0);
-  }
+  broadcast_rank0_model();
 
   std::vector<int64_t> numels;
   for (const torch::Tensor& param : params_) numels.push_back(param.numel());
@@ -207,7 +201,7 @@ void PsStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_o
   // Async servers apply pushes independently: each computes its tensors' norms alone.
   plan_ = make_ps_plan(numels, num_servers_, chunk_numel, consistency_ == Consistency::kAsync);
   const std::string described = plan_.describe(names_, element_size);
-  if (world_->rank() == 0) {
+  if (requests_->rank() == 0) {
     const size_t summary_end = described.find("  chunk ");
     log::info("{} workers, {} consistency{}{}; {}", num_workers_, options_.consistency,
               consistency_ == Consistency::kSsp
@@ -249,6 +243,24 @@ void PsStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_o
                                                plan_.layout);
   units_ = dynamic_cast<UnitModule*>(&model);
   if (units_) units_->set_unit_hooks(&forward_progress_);
+}
+
+void PsStrategy::broadcast_rank0_model() {
+  std::vector<torch::Tensor> state = params_;
+  state.insert(state.end(), buffers_.begin(), buffers_.end());
+  torch::NoGradGuard no_grad;
+  if (options_.placement != "dedicated") {  // every rank a worker, on world_'s device
+    if (world_->size() > 1) broadcast_coalesced(*world_, state, 0);
+    return;
+  }
+  // Dedicated servers hold no device: through the host, over MPI (no message is in flight
+  // yet). Host copies of a GPU worker's tensors; a CPU rank's tensors themselves.
+  std::vector<torch::Tensor> host;
+  for (const torch::Tensor& tensor : state) host.push_back(tensor.to(torch::kCPU));
+  broadcast_coalesced(*requests_, host, 0);
+  for (size_t i = 0; i < state.size(); ++i) {
+    if (!state[i].is_cpu()) state[i].copy_(host[i]);
+  }
 }
 
 void PsStrategy::poll_server() {

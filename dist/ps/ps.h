@@ -2,9 +2,12 @@
 // consistency of your choice: BSP, SSP(k) (Ho et al. 2013) or async.
 //
 // Roles. Placement "colocated": every rank is a worker and serves one shard; "dedicated":
-// the last dist.ps.servers ranks only serve (CPU, fp32 master weights and optimizer state)
-// and take no data. The plan (dist/ps/plan.h) cuts the parameters into chunks and places
-// them on the servers by bytes.
+// the last dist.ps.servers ranks only serve (CPU, fp32 master weights and optimizer state in
+// host memory) and take no data, beside workers on the CPU or on GPUs (dist/placement.h: the
+// workers' NCCL communicator spans the workers alone, and servers exchange with them over
+// MPI only: pushed gradients copied to the host, parameters copied back to the GPU, the
+// initial model broadcast from the host). The plan (dist/ps/plan.h) cuts the parameters into
+// chunks and places them on the servers by bytes.
 //
 // A worker's step:
 //   before_forward  takes the parameters the servers have sent and, if they are too old,
@@ -65,7 +68,10 @@ namespace dtrain::dist {
 
 class PsStrategy : public Strategy, private CommHook {
  public:
-  // `world`: the world on the workers' device (NCCL on GPUs); the protocol runs over MPI.
+  // `world`: this rank's device communicator, as the trainer builds it (dist/placement.h):
+  // on a GPU worker, NCCL over the workers (every rank when colocated, the workers only when
+  // dedicated); on a CPU rank, MPI. The roles come from the MPI world, and the protocol runs
+  // over MPI with host tensors.
   PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, double timeout_s);
   ~PsStrategy() override;
 
@@ -130,6 +136,8 @@ class PsStrategy : public Strategy, private CommHook {
   // Sends bucket `bucket`'s chunks of `host` (its gradients on the host) to their servers.
   std::vector<std::unique_ptr<Work>> push(int64_t bucket, const torch::Tensor& host);
 
+  // Every rank, servers too, starts from rank 0's parameters and buffers. Collective.
+  void broadcast_rank0_model();
   int server_rank(int server) const;  // in requests_ and replies_
   void poll_server();
   // poll_server(), and the parameter messages being received move on.
@@ -161,7 +169,7 @@ class PsStrategy : public Strategy, private CommHook {
 
   PsOptions options_;
   Consistency consistency_;
-  std::shared_ptr<Communicator> world_;
+  std::shared_ptr<Communicator> world_;  // this rank's device communicator (see the constructor)
   double timeout_s_;
   int num_servers_ = 1;
   int num_workers_ = 1;

@@ -77,11 +77,20 @@ TEST_CASE("the memory model's bytes per rank for a small model", "[dist][memory]
   options.ps.chunk_mb = 200.0 / kMiB;
   check_ranks(predict_model_state(options, input, 2),
               {{852 + 424, 852 + 424, 424}, {852 + 428, 852 + 428, 428}});
+  // A server's chunks (parameters, gradients and state: 3 x its chunks) in host memory over
+  // messages; on its worker's GPU over collectives, which "auto" picks here on GPUs.
+  CHECK(predict_model_state(options, input, 2).ranks[0].host == 0);
+  options.ps.transport = "messages";
+  CHECK(predict_model_state(options, input, 2).ranks[0].host == 3 * 424);
+  options.ps.transport = "auto";
   // One dedicated server among 3 ranks: two workers, and a server of every chunk.
   options.ps.placement = "dedicated";
   options.ps.servers = 1;
   check_ranks(predict_model_state(options, input, 3),
               {{852, 852, 0}, {852, 852, 0}, {852, 852, 852}});
+  // The workers' model on their device, the server's all in host memory (it runs on the CPU).
+  CHECK(predict_model_state(options, input, 3).ranks[0].host == 0);
+  CHECK(predict_model_state(options, input, 3).ranks[2].host == 3 * 852);
   CHECK_FALSE(predict_model_state(options, input, 1).problem.empty());  // no worker left
 
   // The paper's figures in fp32, with momentum: 4 + 4 + 4 bytes per parameter, sharded.
@@ -94,7 +103,9 @@ TEST_CASE("the memory model's bytes per rank for a small model", "[dist][memory]
 
 TEST_CASE("every strategy's memory stats are what the model predicts for its rank",
           "[dist][memory]") {
-  if (device().is_cuda()) return;  // zero and dedicated servers: CPU ranks only
+  // Stage 3: CPU ranks only; and world() here, not the trainer's layout that puts dedicated
+  // servers on the CPU beside GPU workers (ps_test runs that).
+  if (device().is_cuda()) return;
   const std::string optimizer = GENERATE("sgd", "adamw");
   const std::string strategy =
       GENERATE("ddp", "zero stage 1", "zero stage 2", "zero stage 3", "ps colocated",

@@ -65,15 +65,16 @@ TEST_CASE("ps BSP on N workers equals one rank on the N-times batch", "[dist][ps
   const int64_t servers = GENERATE(1, 2, 3);
   const int64_t chunk = GENERATE(7, 1000);
   if (placement == "colocated" && servers > 1) return;
-  if (placement == "dedicated" && (servers >= n || device().is_cuda())) return;
+  if (placement == "dedicated" && servers >= n) return;
   INFO(name << ", " << placement << ", " << servers << " server(s), chunks of " << chunk);
   const auto options = optimizer_options(name);
   const PsOptions ps = ps_options(placement, servers, chunk);
   const Data data = make_data(workers(ps));
   Net reference = train_reference(data, options);
 
-  Net net = make_net(static_cast<uint64_t>(world()->rank()));  // attach() gives rank 0's
-  PsStrategy strategy(ps, world(), 60.0);
+  // attach() gives rank 0's; dedicated servers on the CPU beside workers on the test device.
+  Net net = placed_net(ps, static_cast<uint64_t>(world()->rank()));
+  PsStrategy strategy(ps, placed_world(ps), 60.0);
   strategy.attach(*net, factory(options));
   run(net, strategy, data, 0, kSteps, options.lr, [&](int64_t) {
     CHECK(strategy.last_staleness() == 0);
@@ -84,8 +85,8 @@ TEST_CASE("ps BSP on N workers equals one rank on the N-times batch", "[dist][ps
 
 TEST_CASE("ps async with one worker takes one process's steps", "[dist][ps]") {
   // One push per step, applied at lr / 1 on arrival, on the other ranks as dedicated servers
-  // (each tensor whole on one of them): the single-process run, with every optimizer.
-  if (device().is_cuda()) return;  // dedicated servers: CPU ranks only
+  // (each tensor whole on one of them, on the CPU): the single-process run, with every
+  // optimizer.
   const std::string name = GENERATE("sgd", "adamw", "lars", "lamb");
   INFO(name);
   auto options = optimizer_options(name);
@@ -93,8 +94,8 @@ TEST_CASE("ps async with one worker takes one process's steps", "[dist][ps]") {
   const PsOptions ps = ps_options("dedicated", world()->size() - 1, 7, "async");
   const Data data = make_data(1);
   Net reference = train_reference(data, options);
-  Net net = make_net(static_cast<uint64_t>(world()->rank()));
-  PsStrategy strategy(ps, world(), 60.0);
+  Net net = placed_net(ps, static_cast<uint64_t>(world()->rank()));
+  PsStrategy strategy(ps, placed_world(ps), 60.0);
   strategy.attach(*net, factory(options));
   run(net, strategy, data, 0, kSteps, options.lr);
   if (strategy.role() == Role::kWorker) CHECK(max_difference(*net, *reference) < kTolerance);
@@ -121,13 +122,13 @@ TEST_CASE("ps SSP(k) never reads parameters more than k steps old", "[dist][ps]"
   // Worker 1 is slowed: the others run ahead of it by up to k steps, never more.
   const int64_t k = GENERATE(1, 2);
   const std::string placement = GENERATE("colocated", "dedicated");
-  if (placement == "dedicated" && (world()->size() < 3 || device().is_cuda())) return;
+  if (placement == "dedicated" && world()->size() < 3) return;
   INFO("k = " << k << ", " << placement);
   const auto options = optimizer_options("sgd");
   const PsOptions ps = ps_options(placement, 1, 7, "ssp", k);
   const Data data = make_data(workers(ps));
-  Net net = make_net();
-  PsStrategy strategy(ps, world(), 60.0);
+  Net net = placed_net(ps);
+  PsStrategy strategy(ps, placed_world(ps), 60.0);
   strategy.attach(*net, factory(options));
   int64_t most = 0;
   const bool slow = strategy.data_group().rank == 1;
@@ -151,7 +152,6 @@ TEST_CASE("ps resumes on another number of servers, and to and from DDP", "[dist
   // other chunks); ddp-ps and ps-ddp: n workers throughout.
   const std::string route = GENERATE("ps-ps", "ddp-ps", "ps-ddp");
   INFO(route);
-  if (route == "ps-ps" && device().is_cuda()) return;  // dedicated servers: CPU ranks only
   const std::string dir = fresh_directory("ps_checkpoint_test_" + route);
   const PsOptions first_ps = route == "ps-ps" ? ps_options("dedicated", 1, 7)
                                               : ps_options("colocated", 1, 7);
@@ -159,14 +159,14 @@ TEST_CASE("ps resumes on another number of servers, and to and from DDP", "[dist
   const Data data = make_data(n);
   Net reference = train_reference_resumed(data, options, first_workers, n);
 
-  Net net = make_net();
+  Net net = placed_net(first_ps);
   if (route == "ddp-ps") {
     dtrain::dist::DdpStrategy ddp(dtrain::dist::DdpOptions{}, world());
     ddp.attach(*net, factory(options));
     train(net, ddp, data, 0, 2, options.lr);
     save_checkpoint(ddp, dir);
   } else {
-    PsStrategy before(first_ps, world(), 60.0);
+    PsStrategy before(first_ps, placed_world(first_ps), 60.0);
     before.attach(*net, factory(options));
     if (before.role() == Role::kServer) {
       before.serve();
@@ -179,7 +179,9 @@ TEST_CASE("ps resumes on another number of servers, and to and from DDP", "[dist
     world()->barrier();
   }
 
-  // attach() gives every rank rank 0's weights (a dedicated server's are not the trained ones).
+  // attach() gives every rank rank 0's weights (a dedicated server's are not the trained ones,
+  // and on the CPU).
+  net->to(device());
   if (route == "ps-ddp") {
     dtrain::dist::DdpStrategy ddp(dtrain::dist::DdpOptions{}, world());
     ddp.attach(*net, factory(options));
