@@ -9,9 +9,12 @@
 # a copy of Debian's dataset-fashion-mnist files carried to the machine) with the workers slowed
 # in turn, for a time to a training loss on data that generalises rather than on the synthetic
 # batches, which each worker can only memorise.
-#   usage: scripts/gpu_ps_check.sh OUT_DIR [build|bench|straggler|real|all]   (default all;
-#          after scripts/prepare_gpu_deps.sh brought .deps; bench: the uniform runs,
-#          straggler: the slowed ones, real: the Fashion-MNIST ones, each on a build made)
+# "dedicated" runs one CPU server rank beside the GPU workers (NCCL over the workers alone):
+# the dry run, bsp, ssp and async, SyncBatchNorm, and a checkpoint resumed.
+#   usage: scripts/gpu_ps_check.sh OUT_DIR [build|bench|straggler|real|dedicated|all]
+#          (default all; after scripts/prepare_gpu_deps.sh brought .deps; bench: the uniform
+#          runs, straggler: the slowed ones, real: the Fashion-MNIST ones, dedicated: the
+#          server rank beside the GPUs, each on a build made)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$1 what=${2:-all}
@@ -80,4 +83,25 @@ if [ "$what" = real ] || [ "$what" = all ]; then
     | tee "$out/real.md"
   scripts/time_to_loss.py "$out/real" 1.0 0.7 0.5 0.4 0.35 0.3 | tee "$out/real.time_to_loss.md"
   for log in "$out"/real/*.log; do echo "$(basename "$log" .log): $(grep -h "final test" "$log")"; done
+fi
+
+if [ "$what" = dedicated ] || [ "$what" = all ]; then
+  echo "== dedicated CPU server beside the GPU workers: $gpus workers + 1 server rank"
+  ded=(--config configs/resnet50_ps.toml --set run.out_dir="$out/dedicated"
+    --set dist.ps.placement=dedicated --set dist.ps.servers=1 --set train.max_steps=30
+    --set run.log_every=10)
+  run_ded() {  # NAME [--set ...]
+    local name=$1
+    shift
+    scripts/mpirun.sh -np $((gpus + 1)) --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE \
+      build-gpu/trainer "${ded[@]}" --set run.name="$name" "$@" >"$out/dedicated_$name.log" 2>&1 ||
+      { echo "FAILED: dedicated $name"; tail -20 "$out/dedicated_$name.log"; }
+    grep -E "host-only|take no data|resumed from|step [0-9]+/[0-9]+|img/s" \
+      "$out/dedicated_$name.log" | tail -3
+  }
+  run_ded dry --dry-run
+  for c in bsp ssp async; do run_ded "$c" --set dist.ps.consistency=$c; done
+  run_ded syncbn --set dist.ps.consistency=bsp --set model.sync_batchnorm=true
+  run_ded resume --set train.max_steps=20 --set train.checkpoint_every=10
+  run_ded resume --set train.checkpoint_every=10 --resume
 fi
