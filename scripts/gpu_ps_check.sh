@@ -87,7 +87,7 @@ fi
 
 if [ "$what" = dedicated ] || [ "$what" = all ]; then
   echo "== dedicated CPU server beside the GPU workers: $gpus workers + 1 server rank"
-  ded=(--config configs/resnet50_ps.toml --set run.out_dir="$out/dedicated"
+  ded=(--config configs/resnet50_ps.toml --set run.out_dir="$out/dedicated" --set train.keep_checkpoints=2
     --set dist.ps.placement=dedicated --set dist.ps.servers=1 --set train.max_steps=30
     --set run.log_every=10)
   run_ded() {  # NAME [--set ...]

@@ -242,10 +242,10 @@ TEST_CASE("dist.zero.prefetch: a count of units >= 0, for stage 3 only", "[confi
       problems_of("", {"dist.strategy=zero", "dist.zero.stage=3", "dist.zero.prefetch=1.5"});
   REQUIRE(fractional.size() == 1);
   CHECK(contains(fractional[0], "--set dist.zero.prefetch: expected an integer"));
-  CHECK(warnings_of("", {"dist.strategy=zero", "dist.zero.stage=2", "dist.zero.prefetch=2"}) ==
+  CHECK(warnings_of("", {"dist.strategy=zero", "dist.zero.stage=2", "dist.zero.prefetch=3"}) ==
         std::vector<std::string>{"--set dist.zero.prefetch: has no effect under "
                                  "dist.zero.stage = 2"});
-  CHECK(warnings_of("", {"dist.strategy=zero", "dist.zero.stage=3", "dist.zero.prefetch=2"})
+  CHECK(warnings_of("", {"dist.strategy=zero", "dist.zero.stage=3", "dist.zero.prefetch=3"})
             .empty());
 }
 
