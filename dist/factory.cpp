@@ -35,6 +35,12 @@ std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
     if (options.ps.use_collectives(world->device().is_cuda())) {
       return std::make_unique<PsCollectiveStrategy>(options.ps, world);
     }
+    if (options.ps.consistency == "ssp" && options.ps.predict_weights) {
+      throw UserError(
+          "dist.ps.predict_weights = true needs the collective transport (placement "
+          "\"colocated\", dist.ps.transport = \"collectives\"), which keeps the versions it "
+          "extrapolates from; this run takes the messages transport");
+    }
     if (options.ps.consistency == "ssp" && options.ps.ssp_reads == "exact") {
       // The messages transport reads whatever has arrived, chunk by chunk.
       throw UserError(

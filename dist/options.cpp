@@ -57,6 +57,9 @@ void PsOptions::declare(OptionSpecs& keys) {
            "ssp over collectives: newest, the newest version that has arrived (at least clock - "
            "staleness); exact, always clock - staleness (reproducible, always that stale)")
       .one_of({"newest", "exact"});
+  keys.add("predict_weights", &predict_weights,
+           "ssp over collectives: a read s steps stale takes w + s (w - w_previous), its "
+           "version's last step repeated s times (SpecTrain's weight prediction)");
   keys.add("transport", &transport,
            "messages: point-to-point through host memory; collectives: reduce onto the "
            "servers and broadcast from them on the device (colocated bsp and ssp); auto: "
@@ -217,7 +220,8 @@ FieldErrors DistOptions::unused_keys() const {
                (key == "zero.prefetch" && zero.stage != 3)) {
       warnings.push_back({key, fmt::format("has no effect under dist.zero.stage = {}",
                                            zero.stage)});
-    } else if ((key == "ps.staleness" || key == "ps.ssp_reads") && ps.consistency != "ssp") {
+    } else if ((key == "ps.staleness" || key == "ps.ssp_reads" || key == "ps.predict_weights") &&
+               ps.consistency != "ssp") {
       warnings.push_back({key, fmt::format("has no effect under dist.ps.consistency = \"{}\"",
                                            ps.consistency)});
     }

@@ -69,6 +69,10 @@ struct PsOptions {
   // clock - staleness, the same version on every run and every rank (reproducible, but every
   // read is `staleness` steps old even when nobody is slow).
   std::string ssp_reads = "newest";
+  // ssp over collectives: a forward s steps stale reads w_v + s (w_v - w_{v-1}), version v's
+  // last step taken s more times (weight prediction, SpecTrain: Chen et al. 2018), the
+  // parameters it would have read without the staleness, to first order.
+  bool predict_weights = false;
   // How pushes and pulls travel (dist/ps/collective.h): "messages", point-to-point through
   // host memory (any placement and consistency); "collectives", reduces onto the servers
   // and broadcasts from them on the device (colocated bsp and ssp); "auto", collectives where

@@ -97,6 +97,7 @@ PsCollectiveStrategy::PsCollectiveStrategy(PsOptions options, std::shared_ptr<Co
   }
   newest_ = options_.consistency == "ssp" && options_.staleness > 0 &&
             options_.ssp_reads == "newest";
+  predict_ = options_.consistency == "ssp" && options_.staleness > 0 && options_.predict_weights;
   if (comm_->device().is_cuda()) {
     const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
     server_stream_ = cuda.getStreamFromGlobalPool(comm_->device());
@@ -158,7 +159,8 @@ void PsCollectiveStrategy::attach(torch::nn::Module& model, const OptimizerFacto
   }
   // The parameter slots are the rows of one tensor per bucket, so that the device can pick
   // one by index (ssp_reads = "newest" on GPUs).
-  const int64_t param_slots = server_stream_ ? k + 1 : k - push_delay_ + 1;
+  // Weight prediction also needs the version before the one read.
+  const int64_t param_slots = (server_stream_ ? k + 1 : k - push_delay_ + 1) + (predict_ ? 1 : 0);
   param_slots_.resize(static_cast<size_t>(param_slots));
   for (const BucketLayout& bucket : plan_.layout) {
     param_stack_.push_back(
@@ -175,8 +177,8 @@ void PsCollectiveStrategy::attach(torch::nn::Module& model, const OptimizerFacto
     slot_version_ = torch::full({param_slots}, -1, on_device);
     for (int64_t i = 0; i < param_slots; ++i) slot_stamped_.emplace_back(c10::DeviceType::CUDA);
     device_staleness_ = torch::zeros({2}, on_device);
-    stamp_model_version(0);
   }
+  hold_model_version(0);
   buffer_sync_ = std::make_unique<BufferSync>(buffers_, comm_, BufferPolicy::kAverage);
 }
 
@@ -287,7 +289,8 @@ void PsCollectiveStrategy::apply(int64_t clock) {
 }
 
 void PsCollectiveStrategy::read(int64_t version) {
-  if (version <= read_) return;
+  // A prediction depends on the clock: the same version is read again, one step more stale.
+  if (version < read_ || (version == read_ && !(predict_ && clock_ > version))) return;
   DTRAIN_CHECK(version <= applied_, "ps: version {} read before it was issued ({})", version,
                applied_);
   const auto slots = static_cast<int64_t>(param_slots_.size());
@@ -301,6 +304,13 @@ void PsCollectiveStrategy::read(int64_t version) {
   const Slot& in = param_slots_[static_cast<size_t>(version % slots)];
   for (size_t b = 0; b < param_flat_.size(); ++b) param_flat_[b].copy_(in.flat[b]);
   read_ = version;
+  const int64_t stale = clock_ - version;
+  if (predict_ && stale > 0 && version > 0) {  // w_v + s (w_v - w_{v-1})
+    const Slot& before = param_slots_[static_cast<size_t>((version - 1) % slots)];
+    for (size_t b = 0; b < param_flat_.size(); ++b) {
+      param_flat_[b].add_(in.flat[b] - before.flat[b], static_cast<double>(stale));
+    }
+  }
 }
 
 void PsCollectiveStrategy::read_newest(int64_t required) {
@@ -318,7 +328,7 @@ void PsCollectiveStrategy::read_newest(int64_t required) {
     read(newest);
     return;
   }
-  if (applied_ == read_) {  // nothing newer than the model's version was issued
+  if (applied_ == read_ && !predict_) {  // nothing newer than the model's version was issued
     record_device_staleness(torch::full({1}, read_, device_staleness_.options()));
     return;
   }
@@ -337,6 +347,15 @@ void PsCollectiveStrategy::read_newest(int64_t required) {
     torch::Tensor row = param_flat_[b].view({1, -1});
     torch::index_select_out(row, param_stack_[b], 0, index);
   }
+  if (predict_) {  // w_v + s (w_v - w_{v-1}), s = clock - v; none for version 0
+    const torch::Tensor before = torch::remainder(index + (slots - 1), slots);
+    const torch::Tensor stale =
+        (torch::rsub(version, clock_) * version.gt(0)).to(param_flat_.front().scalar_type());
+    for (size_t b = 0; b < param_flat_.size(); ++b) {
+      torch::Tensor row = param_flat_[b].view({1, -1});
+      row.addcmul_(row - param_stack_[b].index_select(0, before), stale.view({1, 1}));
+    }
+  }
   record_device_staleness(version);
   read_ = required;
 }
@@ -348,12 +367,12 @@ void PsCollectiveStrategy::record_device_staleness(const torch::Tensor& version)
   torch::maximum_out(most, most, staleness);
 }
 
-void PsCollectiveStrategy::stamp_model_version(size_t slot) {
+void PsCollectiveStrategy::hold_model_version(size_t slot) {
   torch::NoGradGuard no_grad;
   for (size_t b = 0; b < param_flat_.size(); ++b) {
     param_stack_[b][static_cast<int64_t>(slot)].copy_(param_flat_[b]);
   }
-  slot_version_.narrow(0, static_cast<int64_t>(slot), 1).fill_(read_);
+  if (slot_version_.defined()) slot_version_.narrow(0, static_cast<int64_t>(slot), 1).fill_(read_);
 }
 
 void PsCollectiveStrategy::settle(Slot& slot) {
@@ -387,9 +406,8 @@ NamedTensors PsCollectiveStrategy::model_state() {
 void PsCollectiveStrategy::load_model_state(const NamedTensors& state) {
   copy_state(state, module_state(*model_));
   shard_->set_params(params_);
-  if (stamp_stream_) {  // the model's version, loaded, is the one a forward may fall back to
-    stamp_model_version(static_cast<size_t>(read_) % param_slots_.size());
-  }
+  // The model's version, loaded: the one a forward may fall back to, or predict from.
+  hold_model_version(static_cast<size_t>(read_) % param_slots_.size());
 }
 
 void PsCollectiveStrategy::prepare_checkpoint() {

@@ -33,6 +33,9 @@
 //            server's does; the staleness each step saw is in the metrics.
 //   exact    always max(0, t - k): the same on every rank and every run (training is
 //            deterministic), but every read is k steps old even when nobody is slow.
+// With dist.ps.predict_weights a read of version v at clock t takes w_v + (t - v)(w_v - w_{v-1}):
+// v's last step repeated for the steps it is late, what a momentum-dominated run would have
+// reached (SpecTrain's weight prediction, Chen et al. 2018). One more slot keeps w_{v-1}.
 // bsp (k = 0) waits for both, on either: about ZeRO-1's cost.
 //
 // Otherwise a collective starts after the work issued before it on the stream that issues it,
@@ -97,8 +100,9 @@ class PsCollectiveStrategy : public ReplicatedStrategy, private CommHook {
   // ssp_reads = "newest": the model takes the newest version that has arrived, at least
   // `required` (on GPUs chosen by the device, see above).
   void read_newest(int64_t required);
-  // GPUs, ssp_reads = "newest": slot `slot` holds the version the model holds, arrived.
-  void stamp_model_version(size_t slot);
+  // Slot `slot` holds the version the model holds (on GPUs with newest reads: stamped as
+  // arrived), so that a forward may read it or predict from it.
+  void hold_model_version(size_t slot);
   // The broadcasts into `slot` are waited for (by the current stream) and counted.
   void settle(Slot& slot);
   // GPUs, newest: the staleness of `version` ([1], on the device), last and most.
@@ -118,6 +122,7 @@ class PsCollectiveStrategy : public ReplicatedStrategy, private CommHook {
   std::vector<Slot> param_slots_;          // by version
   std::vector<torch::Tensor> param_stack_;  // per bucket: [param slots, numel], a slot a row
   bool newest_ = false;                     // ssp_reads = "newest" (and staleness > 0)
+  bool predict_ = false;                    // predict_weights (and staleness > 0)
   // GPUs, newest: each param slot's version once arrived (-1: none), on the device; the
   // stream that stamps it after the slot's broadcasts, and an event after each stamp.
   torch::Tensor slot_version_;

@@ -3,6 +3,8 @@
 // on timing, so the check is made against the versions the run reports: every update must be
 // exactly the average of each worker's gradient taken at the version that worker read, and a
 // worker that waits (here: one slowed) must have read fresher versions than "exact" would.
+// With dist.ps.predict_weights the worker at step t that read version v computed at
+// w_v + (t - v)(w_v - w_{v-1}) instead.
 // Float64: tolerance 1e-12.
 #include "dist/ps/collective.h"
 
@@ -30,9 +32,10 @@ Data make_long_data(int64_t world_size) {
 }
 
 // One process: step t's update is the average over ranks r of rank r's gradient at version
-// read[r][t] (the parameters after that many updates).
+// v = read[r][t] (the parameters after that many updates), or with `predict` at
+// w_v + (t - v)(w_v - w_{v-1}).
 Net train_reference_read(const Data& data, const dtrain::optim::OptimizerOptions& options,
-                         const torch::Tensor& read) {
+                         const torch::Tensor& read, bool predict) {
   Net net = make_net();
   Net reader = make_net();
   auto optimizer = dtrain::optim::make_optimizer(options, net->parameters());
@@ -48,11 +51,18 @@ Net train_reference_read(const Data& data, const dtrain::optim::OptimizerOptions
     auto params = net->parameters();
     for (auto& param : params) param.mutable_grad() = torch::zeros_like(param);
     for (int64_t r = 0; r < ranks; ++r) {
-      const auto& version = versions[static_cast<size_t>(read[r][step].item<int64_t>())];
+      const int64_t v = read[r][step].item<int64_t>();
+      const auto& version = versions[static_cast<size_t>(v)];
       auto reader_params = reader->parameters();
       {
         torch::NoGradGuard no_grad;
-        for (size_t i = 0; i < version.size(); ++i) reader_params[i].copy_(version[i]);
+        for (size_t i = 0; i < version.size(); ++i) {
+          reader_params[i].copy_(version[i]);
+          if (predict && v > 0 && step > v) {
+            const auto& before = versions[static_cast<size_t>(v - 1)];
+            reader_params[i].add_(version[i] - before[i], static_cast<double>(step - v));
+          }
+        }
       }
       reader->zero_grad();
       torch::nn::functional::cross_entropy(
@@ -77,13 +87,15 @@ TEST_CASE("ps over collectives: SSP(k) reads the newest version that has arrived
   // leaves a version to read early (on GPUs, k = 1).
   const int64_t k = GENERATE(2, 3);
   const std::string name = GENERATE("sgd", "lamb");
-  INFO(name << ", k = " << k);
+  const bool predict = GENERATE(false, true);
+  INFO(name << ", k = " << k << (predict ? ", weights predicted" : ""));
   const auto options = optimizer_options(name);
   const Data data = make_long_data(world()->size());
   Net net = make_net();
   PsOptions ps = ps_options("colocated", 1, 7, "ssp", k);
   ps.transport = "collectives";
   REQUIRE(ps.ssp_reads == "newest");  // the default
+  ps.predict_weights = predict;
   PsCollectiveStrategy strategy(ps, world());
   strategy.attach(*net, factory(options));
   const bool slowed = world()->rank() == 1;
@@ -106,6 +118,6 @@ TEST_CASE("ps over collectives: SSP(k) reads the newest version that has arrived
   }
   torch::Tensor all = read.to(device());
   world()->all_reduce(all, dtrain::dist::ReduceOp::kSum)->wait();
-  Net reference = train_reference_read(data, options, all.cpu().to(torch::kInt64));
+  Net reference = train_reference_read(data, options, all.cpu().to(torch::kInt64), predict);
   CHECK(max_difference(*net, *reference) < kTolerance);
 }
