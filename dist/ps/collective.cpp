@@ -98,6 +98,12 @@ PsCollectiveStrategy::PsCollectiveStrategy(PsOptions options, std::shared_ptr<Co
   newest_ = options_.consistency == "ssp" && options_.staleness > 0 &&
             options_.ssp_reads == "newest";
   predict_ = options_.consistency == "ssp" && options_.staleness > 0 && options_.predict_weights;
+  if (predict_ && comm_->device().is_cuda()) {
+    // Written for the device too (the slot before the chosen one, on the device), but not yet
+    // run on GPUs.
+    throw UserError("dist.ps.predict_weights = true runs on CPU ranks only in this version; "
+                    "on GPUs leave it false");
+  }
   if (comm_->device().is_cuda()) {
     const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
     server_stream_ = cuda.getStreamFromGlobalPool(comm_->device());
@@ -328,7 +334,7 @@ void PsCollectiveStrategy::read_newest(int64_t required) {
     read(newest);
     return;
   }
-  if (applied_ == read_ && !predict_) {  // nothing newer than the model's version was issued
+  if (applied_ == read_) {  // nothing newer than the model's version was issued
     record_device_staleness(torch::full({1}, read_, device_staleness_.options()));
     return;
   }
@@ -346,15 +352,6 @@ void PsCollectiveStrategy::read_newest(int64_t required) {
   for (size_t b = 0; b < param_flat_.size(); ++b) {
     torch::Tensor row = param_flat_[b].view({1, -1});
     torch::index_select_out(row, param_stack_[b], 0, index);
-  }
-  if (predict_) {  // w_v + s (w_v - w_{v-1}), s = clock - v; none for version 0
-    const torch::Tensor before = torch::remainder(index + (slots - 1), slots);
-    const torch::Tensor stale =
-        (torch::rsub(version, clock_) * version.gt(0)).to(param_flat_.front().scalar_type());
-    for (size_t b = 0; b < param_flat_.size(); ++b) {
-      torch::Tensor row = param_flat_[b].view({1, -1});
-      row.addcmul_(row - param_stack_[b].index_select(0, before), stale.view({1, 1}));
-    }
   }
   record_device_staleness(version);
   read_ = required;

@@ -36,6 +36,8 @@
 // With dist.ps.predict_weights a read of version v at clock t takes w_v + (t - v)(w_v - w_{v-1}):
 // v's last step repeated for the steps it is late, what a momentum-dominated run would have
 // reached (SpecTrain's weight prediction, Chen et al. 2018). One more slot keeps w_{v-1}.
+// CPU ranks only in this version: the device's choice of slot would need the prediction made
+// on the device too, which has not run on GPUs yet.
 // bsp (k = 0) waits for both, on either: about ZeRO-1's cost.
 //
 // Otherwise a collective starts after the work issued before it on the stream that issues it,
