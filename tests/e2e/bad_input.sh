@@ -45,6 +45,12 @@ expect_failure "truncated dataset" "truncated" -- \
 
 expect_failure "ZeRO-3 prefetch below zero" "dist.zero.prefetch: -1 is outside [0, 1024]" -- \
   "${cfg[@]}" --set dist.strategy=zero --set dist.zero.stage=3 --set dist.zero.prefetch=-1
+expect_failure "exact SSP reads over messages" "dist.ps.ssp_reads = \"exact\" needs the collective transport" -- \
+  "${cfg[@]}" --set dist.strategy=ps --set dist.ps.consistency=ssp --set dist.ps.ssp_reads=exact \
+  --set train.max_steps=1
+expect_failure "weight prediction over messages" "dist.ps.predict_weights = true needs the collective transport" -- \
+  "${cfg[@]}" --set dist.strategy=ps --set dist.ps.consistency=ssp --set dist.ps.predict_weights=true \
+  --set train.max_steps=1
 expect_failure "batch larger than the dataset" "exceeds the 60000 training samples" -- \
   "${cfg[@]}" --set data.batch_size=100000 --set train.max_steps=1 --set run.device=cpu
 command -v nvidia-smi >/dev/null || expect_failure "cuda on a machine without it" "no CUDA device is usable" -- \

@@ -249,6 +249,19 @@ TEST_CASE("dist.zero.prefetch: a count of units >= 0, for stage 3 only", "[confi
             .empty());
 }
 
+TEST_CASE("dist.ps.ssp_reads and predict_weights: ssp only", "[config]") {
+  CHECK(problems_of("", {"dist.strategy=ps", "dist.ps.consistency=ssp",
+                         "dist.ps.ssp_reads=fresh"})
+            .size() == 1);
+  CHECK(warnings_of("", {"dist.strategy=ps", "dist.ps.consistency=bsp", "dist.ps.ssp_reads=exact",
+                         "dist.ps.predict_weights=true"}) ==
+        std::vector<std::string>{
+            "--set dist.ps.ssp_reads: has no effect under dist.ps.consistency = \"bsp\"",
+            "--set dist.ps.predict_weights: has no effect under dist.ps.consistency = \"bsp\""});
+  CHECK(warnings_of("", {"dist.strategy=ps", "dist.ps.consistency=ssp", "dist.ps.ssp_reads=exact"})
+            .empty());
+}
+
 TEST_CASE("autocast precisions are rejected on a CPU run", "[config]") {
   const std::vector<std::string> problems =
       problems_of("", {"run.device=cpu", "train.precision=bf16"});
