@@ -13,6 +13,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace ps_harness {
 
@@ -84,6 +85,55 @@ inline void run(Net& net, dtrain::dist::PsStrategy& strategy, const Data& data, 
     if (between) between(step);
   }
   strategy.finish();
+}
+
+// One process for read.size(1) steps: step t's update is the average over ranks r of rank r's
+// gradient at version v = read[r][t] (the parameters after that many updates), or with
+// `predict` at w_v + (t - v)(w_v - w_{v-1}).
+inline Net train_reference_at_versions(const Data& data,
+                                      const dtrain::optim::OptimizerOptions& options,
+                                      const torch::Tensor& read, bool predict = false) {
+  Net net = make_net();
+  Net reader = make_net();
+  auto optimizer = dtrain::optim::make_optimizer(options, net->parameters());
+  std::vector<std::vector<torch::Tensor>> versions;
+  const auto snapshot = [&] {
+    std::vector<torch::Tensor> values;
+    for (const torch::Tensor& param : net->parameters()) values.push_back(param.detach().clone());
+    versions.push_back(values);
+  };
+  snapshot();
+  const int64_t ranks = read.size(0);
+  for (int64_t step = 0; step < read.size(1); ++step) {
+    auto params = net->parameters();
+    for (auto& param : params) param.mutable_grad() = torch::zeros_like(param);
+    for (int64_t r = 0; r < ranks; ++r) {
+      const int64_t v = read[r][step].item<int64_t>();
+      const auto& version = versions[static_cast<size_t>(v)];
+      auto reader_params = reader->parameters();
+      {
+        torch::NoGradGuard no_grad;
+        for (size_t i = 0; i < version.size(); ++i) {
+          reader_params[i].copy_(version[i]);
+          if (predict && v > 0 && step > v) {
+            const auto& before = versions[static_cast<size_t>(v - 1)];
+            reader_params[i].add_(version[i] - before[i], static_cast<double>(step - v));
+          }
+        }
+      }
+      reader->zero_grad();
+      torch::nn::functional::cross_entropy(
+          reader->forward(data.x[step].narrow(0, r * kPerRank, kPerRank)),
+          data.y[step].narrow(0, r * kPerRank, kPerRank))
+          .backward();
+      for (size_t i = 0; i < params.size(); ++i) {
+        params[i].mutable_grad().add_(reader_params[i].grad() / static_cast<double>(ranks));
+      }
+    }
+    optimizer->step();
+    snapshot();
+  }
+  return net;
 }
 
 }  // namespace ps_harness

@@ -210,37 +210,15 @@ PsOptions collective_options(int64_t chunk_numel, const std::string& consistency
   return options;
 }
 
-// One process on the whole global batch, each step's gradient taken at the parameters of
-// `k` updates before (the version SSP(k) over collectives reads: max(0, t - k)).
+// One process, each step's gradient taken at the parameters of `k` updates before (the
+// version SSP(k) over collectives reads: max(0, t - k)).
 Net train_reference_delayed(const Data& data, const dtrain::optim::OptimizerOptions& options,
                             int64_t k) {
-  Net net = make_net();
-  Net reader = make_net();
-  auto optimizer = dtrain::optim::make_optimizer(options, net->parameters());
-  std::vector<std::vector<torch::Tensor>> versions;
-  const auto snapshot = [&] {
-    std::vector<torch::Tensor> values;
-    for (const torch::Tensor& param : net->parameters()) values.push_back(param.detach().clone());
-    versions.push_back(values);
-  };
-  snapshot();
+  torch::Tensor read = torch::empty({world()->size(), kSteps}, torch::kInt64);
   for (int64_t step = 0; step < kSteps; ++step) {
-    const auto& read = versions[static_cast<size_t>(std::max<int64_t>(0, step - k))];
-    auto reader_params = reader->parameters();
-    {
-      torch::NoGradGuard no_grad;
-      for (size_t i = 0; i < read.size(); ++i) reader_params[i].copy_(read[i]);
-    }
-    reader->zero_grad();
-    torch::nn::functional::cross_entropy(reader->forward(data.x[step]), data.y[step]).backward();
-    auto params = net->parameters();
-    for (size_t i = 0; i < params.size(); ++i) {
-      params[i].mutable_grad() = reader_params[i].grad().clone();
-    }
-    optimizer->step();
-    snapshot();
+    read.select(1, step).fill_(std::max<int64_t>(0, step - k));
   }
-  return net;
+  return train_reference_at_versions(data, options, read);
 }
 
 }  // namespace

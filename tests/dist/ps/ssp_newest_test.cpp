@@ -31,54 +31,6 @@ Data make_long_data(int64_t world_size) {
               .to(device())};
 }
 
-// One process: step t's update is the average over ranks r of rank r's gradient at version
-// v = read[r][t] (the parameters after that many updates), or with `predict` at
-// w_v + (t - v)(w_v - w_{v-1}).
-Net train_reference_read(const Data& data, const dtrain::optim::OptimizerOptions& options,
-                         const torch::Tensor& read, bool predict) {
-  Net net = make_net();
-  Net reader = make_net();
-  auto optimizer = dtrain::optim::make_optimizer(options, net->parameters());
-  std::vector<std::vector<torch::Tensor>> versions;
-  const auto snapshot = [&] {
-    std::vector<torch::Tensor> values;
-    for (const torch::Tensor& param : net->parameters()) values.push_back(param.detach().clone());
-    versions.push_back(values);
-  };
-  snapshot();
-  const int64_t ranks = read.size(0);
-  for (int64_t step = 0; step < kLongSteps; ++step) {
-    auto params = net->parameters();
-    for (auto& param : params) param.mutable_grad() = torch::zeros_like(param);
-    for (int64_t r = 0; r < ranks; ++r) {
-      const int64_t v = read[r][step].item<int64_t>();
-      const auto& version = versions[static_cast<size_t>(v)];
-      auto reader_params = reader->parameters();
-      {
-        torch::NoGradGuard no_grad;
-        for (size_t i = 0; i < version.size(); ++i) {
-          reader_params[i].copy_(version[i]);
-          if (predict && v > 0 && step > v) {
-            const auto& before = versions[static_cast<size_t>(v - 1)];
-            reader_params[i].add_(version[i] - before[i], static_cast<double>(step - v));
-          }
-        }
-      }
-      reader->zero_grad();
-      torch::nn::functional::cross_entropy(
-          reader->forward(data.x[step].narrow(0, r * kPerRank, kPerRank)),
-          data.y[step].narrow(0, r * kPerRank, kPerRank))
-          .backward();
-      for (size_t i = 0; i < params.size(); ++i) {
-        params[i].mutable_grad().add_(reader_params[i].grad() / static_cast<double>(ranks));
-      }
-    }
-    optimizer->step();
-    snapshot();
-  }
-  return net;
-}
-
 }  // namespace
 
 TEST_CASE("ps over collectives: SSP(k) reads the newest version that has arrived, within k",
@@ -119,6 +71,6 @@ TEST_CASE("ps over collectives: SSP(k) reads the newest version that has arrived
   }
   torch::Tensor all = read.to(device());
   world()->all_reduce(all, dtrain::dist::ReduceOp::kSum)->wait();
-  Net reference = train_reference_read(data, options, all.cpu().to(torch::kInt64), predict);
+  Net reference = train_reference_at_versions(data, options, all.cpu().to(torch::kInt64), predict);
   CHECK(max_difference(*net, *reference) < kTolerance);
 }
