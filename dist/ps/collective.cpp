@@ -98,12 +98,6 @@ PsCollectiveStrategy::PsCollectiveStrategy(PsOptions options, std::shared_ptr<Co
   newest_ = options_.consistency == "ssp" && options_.staleness > 0 &&
             options_.ssp_reads == "newest";
   predict_ = options_.consistency == "ssp" && options_.staleness > 0 && options_.predict_weights;
-  if (predict_ && comm_->device().is_cuda()) {
-    // Written for the device too (the slot before the chosen one, on the device), but not yet
-    // run on GPUs.
-    throw UserError("dist.ps.predict_weights = true runs on CPU ranks only in this version; "
-                    "on GPUs leave it false");
-  }
   if (comm_->device().is_cuda()) {
     const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
     server_stream_ = cuda.getStreamFromGlobalPool(comm_->device());
@@ -168,6 +162,7 @@ void PsCollectiveStrategy::attach(torch::nn::Module& model, const OptimizerFacto
   // Weight prediction also needs the version before the one read.
   const int64_t param_slots = (server_stream_ ? k + 1 : k - push_delay_ + 1) + (predict_ ? 1 : 0);
   param_slots_.resize(static_cast<size_t>(param_slots));
+  slot_holds_.assign(static_cast<size_t>(param_slots), -1);
   for (const BucketLayout& bucket : plan_.layout) {
     param_stack_.push_back(
         torch::zeros({param_slots, bucket.numel}, param_flat_.front().options()));
@@ -276,6 +271,7 @@ void PsCollectiveStrategy::apply(int64_t clock) {
 
   const size_t s_out = static_cast<size_t>(applied_) % param_slots_.size();
   Slot& out = param_slots_[s_out];
+  slot_holds_[s_out] = applied_;
   settle(out);  // a version no forward waited for (a newer one was read, or a sync point's skip)
   for (const int64_t c : shard_->chunk_ids()) {
     const PsChunk& chunk = plan_.chunks[c];
@@ -311,10 +307,10 @@ void PsCollectiveStrategy::read(int64_t version) {
   for (size_t b = 0; b < param_flat_.size(); ++b) param_flat_[b].copy_(in.flat[b]);
   read_ = version;
   const int64_t stale = clock_ - version;
-  if (predict_ && stale > 0 && version > 0) {  // w_v + s (w_v - w_{v-1})
-    const Slot& before = param_slots_[static_cast<size_t>((version - 1) % slots)];
+  const auto before = static_cast<size_t>((version + slots - 1) % slots);
+  if (predict_ && stale > 0 && version > 0 && slot_holds_[before] == version - 1) {  // w_v + s (w_v - w_{v-1})
     for (size_t b = 0; b < param_flat_.size(); ++b) {
-      param_flat_[b].add_(in.flat[b] - before.flat[b], static_cast<double>(stale));
+      param_flat_[b].add_(in.flat[b] - param_slots_[before].flat[b], static_cast<double>(stale));
     }
   }
 }
@@ -353,6 +349,17 @@ void PsCollectiveStrategy::read_newest(int64_t required) {
     torch::Tensor row = param_flat_[b].view({1, -1});
     torch::index_select_out(row, param_stack_[b], 0, index);
   }
+  if (predict_) {  // w_v + s (w_v - w_{v-1}), s = 0 where the slot before holds no v - 1
+    const torch::Tensor before = torch::remainder(index + (slots - 1), slots);
+    const torch::Tensor held =
+        slot_version_.index_select(0, before).eq(version - 1).logical_and_(version.gt(0));
+    const torch::Tensor stale =
+        (torch::rsub(version, clock_) * held).to(param_flat_.front().scalar_type()).view({1, 1});
+    for (size_t b = 0; b < param_flat_.size(); ++b) {
+      torch::Tensor row = param_flat_[b].view({1, -1});
+      row.addcmul_(row - param_stack_[b].index_select(0, before), stale);
+    }
+  }
   record_device_staleness(version);
   read_ = required;
 }
@@ -369,6 +376,7 @@ void PsCollectiveStrategy::hold_model_version(size_t slot) {
   for (size_t b = 0; b < param_flat_.size(); ++b) {
     param_stack_[b][static_cast<int64_t>(slot)].copy_(param_flat_[b]);
   }
+  slot_holds_[slot] = read_;
   if (slot_version_.defined()) slot_version_.narrow(0, static_cast<int64_t>(slot), 1).fill_(read_);
 }
 

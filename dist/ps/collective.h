@@ -36,8 +36,8 @@
 // With dist.ps.predict_weights a read of version v at clock t takes w_v + (t - v)(w_v - w_{v-1}):
 // v's last step repeated for the steps it is late, what a momentum-dominated run would have
 // reached (SpecTrain's weight prediction, Chen et al. 2018). One more slot keeps w_{v-1}.
-// CPU ranks only in this version: the device's choice of slot would need the prediction made
-// on the device too, which has not run on GPUs yet.
+// On GPUs with newest reads the device predicts from the slot it chose and the one before
+// it. No prediction where the slot before does not hold v - 1 (the first read after a load).
 // bsp (k = 0) waits for both, on either: about ZeRO-1's cost.
 //
 // Otherwise a collective starts after the work issued before it on the stream that issues it,
@@ -123,6 +123,7 @@ class PsCollectiveStrategy : public ReplicatedStrategy, private CommHook {
   std::vector<Slot> grad_slots_;           // by clock
   std::vector<Slot> param_slots_;          // by version
   std::vector<torch::Tensor> param_stack_;  // per bucket: [param slots, numel], a slot a row
+  std::vector<int64_t> slot_holds_;         // each param slot's version, as issued (-1: none)
   bool newest_ = false;                     // ssp_reads = "newest" (and staleness > 0)
   bool predict_ = false;                    // predict_weights (and staleness > 0)
   // GPUs, newest: each param slot's version once arrived (-1: none), on the device; the
