@@ -7,8 +7,14 @@
 # in all (docs/PERFORMANCE.md's "Gradient compression" table). On NCCL, PowerSGD's second
 # round (orthogonalisation, Q = M^T P) runs in the bucket's wait() after backward: it is in
 # the added and exposed ms, not in encode ms.
+# LINKS="nvlink slow" repeats the runs with NCCL kept off NVLink, shared memory and
+# InfiniBand (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1: its socket transport
+# through the host), a link where compression has something to win. Each table gives, per codec, the bus bandwidth
+# below which it pays: the bus bytes it saves per step over its encode + decode time (an upper
+# bound on the link: it counts every byte as exposed, where overlap hides some).
 #   usage: scripts/gpu_codec_check.sh OUT_DIR  (after scripts/prepare_gpu_deps.sh brought .deps)
-#   STEPS (default 40) and CODECS (default "none fp16 topk powersgd onebit") override.
+#   STEPS (default 40), CODECS (default "none fp16 bf16 topk powersgd onebit") and LINKS
+#   (default "nvlink") override.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$1
@@ -29,18 +35,22 @@ mpirun -np 1 --bind-to none -x LD_LIBRARY_PATH build-gpu/bench_powersgd cuda 20 
   tee "$out/bench_powersgd.txt"
 
 steps=${STEPS:-40}
-codecs=${CODECS:-"none fp16 topk powersgd onebit"}
-echo "== ResNet-50 bf16 DDP on $ranks GPUs, $steps steps: $codecs"
-runs="$out/runs"
-rm -rf "$runs"  # the trainer never writes into another run's directory
-for codec in $codecs; do
-  mpirun -np "$ranks" --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE \
-    build-gpu/trainer --config configs/resnet50_synthetic.toml --set dist.strategy=ddp \
-    --set dist.compression.kind="$codec" --set train.max_steps="$steps" \
-    --set run.out_dir="$runs" --set run.name="$codec" >"$out/$codec.log" 2>&1 ||
-    { echo "$codec failed:"; tail -5 "$out/$codec.log"; }
-done
-python3 - "$runs" $codecs <<'PY' | tee "$out/codecs.md"
+codecs=${CODECS:-"none fp16 bf16 topk powersgd onebit"}
+for link in ${LINKS:-nvlink}; do
+  runs="$out/$link"
+  rm -rf "$runs"  # the trainer never writes into another run's directory
+  mkdir -p "$runs"
+  slow=()
+  [ "$link" = slow ] && slow=(-x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 -x NCCL_IB_DISABLE=1)
+  echo "== ResNet-50 bf16 DDP on $ranks GPUs over $link, $steps steps: $codecs"
+  for codec in $codecs; do
+    mpirun -np "$ranks" --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE "${slow[@]}" \
+      build-gpu/trainer --config configs/resnet50_synthetic.toml --set dist.strategy=ddp \
+      --set dist.compression.kind="$codec" --set train.max_steps="$steps" \
+      --set run.out_dir="$runs" --set run.name="$codec" >"$runs/$codec.log" 2>&1 ||
+      { echo "$codec failed:"; tail -5 "$runs/$codec.log"; }
+  done
+  python3 - "$runs" $codecs <<'PY' | tee "$out/codecs_$link.md"
 import json, os, sys
 runs, codecs = sys.argv[1], sys.argv[2:]
 def means(codec):
@@ -49,22 +59,29 @@ def means(codec):
         return None
     steps = [r for r in map(json.loads, open(path)) if r["kind"] == "step"][1:]
     keys = ["throughput/img_per_s", "time/step_ms", "comm/encode_ms", "comm/decode_ms",
-            "comm/compression_ratio", "comm/ms", "comm/exposed_ms"]
+            "comm/compression_ratio", "comm/ms", "comm/exposed_ms", "comm/busbw_gbps"]
     return {k: sum(s.get(k, 0.0) for s in steps) / max(len(steps), 1) for k in keys}
+def bus_gb(m):  # bus bytes a step moves, from the bus bandwidth its collectives reached
+    return m["comm/busbw_gbps"] * m["comm/ms"] * 1e-3
 base = means("none") or means(codecs[0])
 base_ms = base["time/step_ms"]
 print(f"| codec | img/s | vs none | encode ms | decode ms | encode + decode, of a "
-      f"{base_ms:.1f} ms step | step ms | added ms | bytes ratio | comm ms | exposed ms |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+      f"{base_ms:.1f} ms step | step ms | added ms | bytes ratio | comm ms | exposed ms | "
+      f"busbw GB/s | pays below GB/s |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for codec in codecs:
     m = means(codec)
     if m is None:
         print(f"| {codec} | failed |"); continue
     coding = m["comm/encode_ms"] + m["comm/decode_ms"]
+    saved = bus_gb(base) - bus_gb(m)
+    pays = f"{saved / (coding * 1e-3):.1f}" if coding > 0 and saved > 0 else "-"
     print(f"| {codec} | {m['throughput/img_per_s']:,.0f} | "
           f"{m['throughput/img_per_s'] / base['throughput/img_per_s']:.3f} | "
           f"{m['comm/encode_ms']:.2f} | {m['comm/decode_ms']:.2f} | "
           f"{100 * coding / base_ms:.1f}% | {m['time/step_ms']:.1f} | "
           f"{m['time/step_ms'] - base_ms:.1f} | {m['comm/compression_ratio']:.1f} | "
-          f"{m['comm/ms']:.2f} | {m['comm/exposed_ms']:.2f} |")
+          f"{m['comm/ms']:.2f} | {m['comm/exposed_ms']:.2f} | {m['comm/busbw_gbps']:.1f} | "
+          f"{pays} |")
 PY
+done

@@ -53,18 +53,19 @@ if [ "$what" = straggler ] || [ "$what" = all ]; then
 # costs per step with what it saves in waiting. Reports every 10 steps (each is a collective
 # of the workers, which SSP would otherwise not need).
 slow_steps=${SLOW_STEPS:-150}
+read -ra slow_set <<<"${SLOW_SET:-}"  # more options for every run: "--set optim.momentum=0.5"
 slow() {  # NAME STRATEGIES [--set ...]
   local name=$1 strategies=$2
   shift 2
   scripts/sweep_strategies.sh build-gpu "$out/$name" --ranks "$gpus" --steps "$slow_steps" \
     --repeat 1 --config configs/resnet50_ps.toml --strategies "$strategies" \
-    --set run.log_every=10 --set debug.slow_factor=1.5 "$@" | tee "$out/$name.md"
+    --set run.log_every=10 --set debug.slow_factor=1.5 "$@" "${slow_set[@]}" | tee "$out/$name.md"
   scripts/time_to_loss.py "$out/$name" 6 5 4 3 2 1 | tee "$out/$name.time_to_loss.md"
 }
 echo "== worker 1 slowed 1.5x every step, $slow_steps steps"
-slow straggler "ddp ps:bsp ps:ssp2" --set "debug.slow_ranks=[1]"
+slow straggler "${FIXED:-ddp ps:bsp ps:ssp2}" --set "debug.slow_ranks=[1]"
 echo "== every worker slowed 1.5x in turn (step s slows worker s mod $gpus), $slow_steps steps"
-slow rotating "ddp ps:bsp ps:ssp1 ps:ssp2 ps:ssp2+exact" --set "debug.slow_ranks=[$(seq -s, 0 $((gpus - 1)))]" \
+slow rotating "${ROTATING:-ddp ps:bsp ps:ssp1 ps:ssp2 ps:ssp2+exact}" --set "debug.slow_ranks=[$(seq -s, 0 $((gpus - 1)))]" \
   --set debug.slow_pattern=rotating
 fi
 
@@ -73,6 +74,7 @@ if [ "$what" = real ] || [ "$what" = all ]; then
   # epoch of warm-up, then lr 0.1; the training loss falls from 2.3 towards 0.3 in two epochs.
   data=${FASHION_MNIST:-.cache/fashion-mnist}
   real_steps=${REAL_STEPS:-300}
+  read -ra real_set <<<"${REAL_SET:-}"  # more options for every run: "--set optim.momentum=0.5"
   echo "== Fashion-MNIST, every worker slowed 1.5x in turn, $real_steps steps"
   scripts/sweep_strategies.sh build-gpu "$out/real" --ranks "$gpus" --steps "$real_steps" \
     --repeat 1 --config configs/resnet50_ps.toml \
@@ -80,7 +82,7 @@ if [ "$what" = real ] || [ "$what" = all ]; then
     --set data.dataset=fashion_mnist --set data.path="$data" --set train.eval_every=0 \
     --set schedule.warmup_epochs=0.25 --set run.log_every=10 --set debug.slow_factor=1.5 \
     --set "debug.slow_ranks=[$(seq -s, 0 $((gpus - 1)))]" --set debug.slow_pattern=rotating \
-    | tee "$out/real.md"
+    "${real_set[@]}" | tee "$out/real.md"
   scripts/time_to_loss.py "$out/real" 1.0 0.7 0.5 0.4 0.35 0.3 | tee "$out/real.time_to_loss.md"
   for log in "$out"/real/*.log; do echo "$(basename "$log" .log): $(grep -h "final test" "$log")"; done
 fi
