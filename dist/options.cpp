@@ -59,8 +59,7 @@ void PsOptions::declare(OptionSpecs& keys) {
       .one_of({"newest", "exact"});
   keys.add("predict_weights", &predict_weights,
            "ssp over collectives: a read s steps stale takes w + s (w - w_previous), its "
-           "version's last step repeated s times (SpecTrain's weight prediction); CPU ranks "
-           "only in this version");
+           "version's last step repeated s times (SpecTrain's weight prediction)");
   keys.add("transport", &transport,
            "messages: point-to-point through host memory; collectives: reduce onto the "
            "servers and broadcast from them on the device (colocated bsp and ssp); auto: "
