@@ -83,13 +83,6 @@ std::optional<RunShape> saved_shape(const std::string& checkpoint, const Checkpo
 
 std::optional<Resumed> load_first_loadable(const ResumeFrom& from, dist::Strategy& strategy,
                                            torch::Device device) {
-  if (!from.checkpoints.empty() && strategy.name() == "zero" && device.is_cuda()) {
-    // On 4 GPUs the resharding resume tests of stages 1 and 2 failed over NCCL (a difference
-    // after resuming, and a hang): until they pass there, no resume that may be wrong.
-    throw UserError("resuming under dist.strategy = \"zero\" on GPUs is not available in this "
-                    "version (its resume has not passed its tests over NCCL); resume under "
-                    "dist.strategy = \"ddp\", which reads the same checkpoint, or on CPU ranks");
-  }
   std::string newest_error;
   for (const std::string& path : from.checkpoints) {
     std::string error;
