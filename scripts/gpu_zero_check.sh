@@ -4,6 +4,8 @@
 # 128 per GPU) on every GPU under ddp and each stage beside PyTorch DDP, with each rank's
 # model-state bytes and peak device memory, and a short fp16 run under ddp and stage 3 (loss
 # scaling over gradient shards; stages 1 and 2 passed it before).
+# RESUME_ONLY=1: after the tests, only --resume through the trainer: each stage checkpointed at
+# step 10 on every GPU, resumed to step 20 on every GPU, on 2, and under ddp.
 #   usage: scripts/gpu_zero_check.sh OUT_DIR   (after scripts/prepare_gpu_deps.sh brought .deps)
 #   env: STEPS (bf16 steps, default 60), STRATEGIES (default "ddp zero:stage1 zero:stage2
 #        zero:stage3"), FP16_STRATEGIES (default "ddp zero:stage3")
@@ -23,6 +25,33 @@ echo "== ZeRO and strategy tests over NCCL"
 (cd build-gpu && ctest --output-on-failure -R '^dist\.(zero|zero2|zero3|strategy)_nccl' -j 1) \
   >"$out/ctest.log" 2>&1
 grep -E "Test +#|tests passed|FAILED|Failed" "$out/ctest.log" | tail -14
+
+resume_check() {
+  echo "== --resume: each stage checkpointed at step 10 on $gpus GPUs, resumed to 20 three ways"
+  local base=(--config configs/resnet50_synthetic.toml --set run.out_dir="$out/resume"
+    --set train.checkpoint_every=10 --set train.keep_checkpoints=2 --set run.log_every=5
+    --set dist.timeout_s=120)
+  local stage to ranks strategy
+  for stage in 1 2 3; do
+    scripts/mpirun.sh -np "$gpus" --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE \
+      build-gpu/trainer "${base[@]}" --set dist.strategy=zero --set dist.zero.stage=$stage \
+      --set run.name="s$stage" --set train.max_steps=10 >"$out/resume_s$stage.log" 2>&1 ||
+      { echo "FAILED: stage $stage to step 10"; tail -5 "$out/resume_s$stage.log"; continue; }
+    for to in "$gpus:zero" "2:zero" "$gpus:ddp"; do
+      ranks=${to%%:*} strategy=${to##*:}
+      local name="s${stage}_to_${ranks}_$strategy"
+      cp -r "$out/resume/s$stage" "$out/resume/$name"
+      scripts/mpirun.sh -np "$ranks" --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE \
+        build-gpu/trainer "${base[@]}" --set dist.strategy="$strategy" \
+        --set dist.zero.stage=$stage --set run.name="$name" --set train.max_steps=20 \
+        --resume "$out/resume/$name" >"$out/resume_$name.log" 2>&1 ||
+        echo "FAILED: $name"
+      echo "$name: $(grep -hE "resumed from" "$out/resume_$name.log" | tail -1 | sed 's/.*at step/at step/') |" \
+        "$(grep -hE "step +(10|20)/20" "$out/resume_$name.log" | tr '\n' ' ')"
+    done
+  done
+}
+if [ "${RESUME_ONLY:-0}" = 1 ]; then resume_check; exit 0; fi
 
 steps=${STEPS:-60}
 strategies=${STRATEGIES:-"ddp zero:stage1 zero:stage2 zero:stage3"}
