@@ -34,6 +34,11 @@ void ZeroOptions::declare(OptionSpecs& keys) {
            "stage 3: units gathered ahead of the one running (0: none); at most prefetch + 1 "
            "units are whole at once")
       .range(0, 1024);
+  keys.add("gather_dtype", &gather_dtype,
+           "stage 3: compute, each unit gathered in the dtype its forward computes in (under "
+           "train.precision bf16 or fp16: half the bytes) and widened into the parameters; "
+           "param, in the parameters' dtype (fp32)")
+      .one_of({"compute", "param"});
 }
 
 FieldErrors ZeroOptions::validate() const { return check_declared(*this); }
@@ -217,7 +222,7 @@ FieldErrors DistOptions::unused_keys() const {
       warnings.push_back({key, fmt::format("has no effect under dist.strategy = \"{}\"",
                                            strategy_name(strategy))});
     } else if ((key == "zero.bucket_mb" && zero.stage != 2) ||
-               (key == "zero.prefetch" && zero.stage != 3)) {
+               ((key == "zero.prefetch" || key == "zero.gather_dtype") && zero.stage != 3)) {
       warnings.push_back({key, fmt::format("has no effect under dist.zero.stage = {}",
                                            zero.stage)});
     } else if ((key == "ps.staleness" || key == "ps.ssp_reads" || key == "ps.predict_weights") &&

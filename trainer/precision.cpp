@@ -1,29 +1,13 @@
 #include "trainer/precision.h"
 
-#include <ATen/autocast_mode.h>
-#include <torch/version.h>
+#include "common/autocast.h"
 
 namespace dtrain::trainer {
-
-namespace {
-
-// LibTorch 2.4 replaced the per-backend autocast setters with device-typed ones.
-void set_cuda_autocast(bool enabled, at::ScalarType dtype) {
-#if TORCH_VERSION_MAJOR >= 2
-  at::autocast::set_autocast_dtype(at::kCUDA, dtype);
-  at::autocast::set_autocast_enabled(at::kCUDA, enabled);
-#else
-  at::autocast::set_autocast_gpu_dtype(dtype);
-  at::autocast::set_enabled(enabled);
-#endif
-}
-
-}  // namespace
 
 AutocastScope::AutocastScope(const std::string& precision) {
   if (precision == "fp32") return;
   enabled_ = true;
-  set_cuda_autocast(true, precision == "bf16" ? at::kBFloat16 : at::kHalf);
+  set_autocast(c10::DeviceType::CUDA, true, precision == "bf16" ? at::kBFloat16 : at::kHalf);
   at::autocast::increment_nesting();
 }
 
@@ -31,7 +15,7 @@ AutocastScope::~AutocastScope() {
   if (!enabled_) return;
   // Cast weights are cached for the scope's duration only, as in Python's autocast.
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  set_cuda_autocast(false, at::kHalf);
+  set_autocast(c10::DeviceType::CUDA, false, at::kHalf);
 }
 
 LossScaler::LossScaler(torch::Device device, double initial_scale, int64_t growth_interval)

@@ -1,5 +1,6 @@
 #include "dist/zero/unit_shards.h"
 
+#include "common/autocast.h"
 #include "common/error.h"
 #include "dist/zero/flat_storage.h"
 
@@ -20,9 +21,11 @@ int64_t bytes_of(const torch::Tensor& tensor) {
 }  // namespace
 
 UnitShards::UnitShards(const PsPlan& plan, std::vector<torch::Tensor>& params, PsShard& shard,
-                       std::shared_ptr<Communicator> comm, int64_t prefetch, StepComm& record)
+                       std::shared_ptr<Communicator> comm, int64_t prefetch, bool gather_compute,
+                       StepComm& record)
     : plan_(plan), params_(params), shard_(shard), comm_(std::move(comm)), prefetch_(prefetch),
-      record_(record), units_(static_cast<int64_t>(plan.layout.size())) {
+      record_(record), units_(static_cast<int64_t>(plan.layout.size())),
+      gather_compute_(gather_compute), gather_dtype_(params.front().scalar_type()) {
   // Unit by unit: attach() holds at most one unit's flat buffer on top of the model it was
   // given (whose tensors' own memory goes as each moves).
   for (const BucketLayout& unit : plan_.layout) {
@@ -31,6 +34,8 @@ UnitShards::UnitShards(const PsPlan& plan, std::vector<torch::Tensor>& params, P
   }
   state_.assign(units_, State::kReleased);
   gathers_.resize(units_);
+  cast_shard_.resize(units_);
+  cast_flat_.resize(units_);
   reduced_.assign(units_, false);
   pending_.resize(kInFlight);
 }
@@ -47,8 +52,20 @@ void UnitShards::gather(int64_t unit) {
   }
   allocate_storage(flat_[unit]);
   max_whole_ = std::max(max_whole_, ++whole_);
-  gathers_[unit] = comm_->all_gather(shard_.chunk_params(my_chunk(unit)), flat_[unit]);
+  const torch::Tensor& shard = shard_.chunk_params(my_chunk(unit));
+  if (gather_dtype_ == shard.scalar_type()) {
+    gathers_[unit] = comm_->all_gather(shard, flat_[unit]);
+  } else {
+    cast_shard_[unit] = shard.to(gather_dtype_);
+    cast_flat_[unit] = torch::empty({flat_[unit].numel()}, cast_shard_[unit].options());
+    gathers_[unit] = comm_->all_gather(cast_shard_[unit], cast_flat_[unit]);
+  }
   state_[unit] = State::kGathering;
+}
+
+void UnitShards::choose_gather_dtype() {
+  const std::optional<at::ScalarType> compute = autocast_dtype(params_.front().device().type());
+  gather_dtype_ = gather_compute_ && compute ? *compute : params_.front().scalar_type();
 }
 
 void UnitShards::make_whole(int64_t unit) {
@@ -56,8 +73,14 @@ void UnitShards::make_whole(int64_t unit) {
   if (state_[unit] != State::kGathering) return;
   std::shared_ptr<const TimePoint> wait_start = comm_->now();
   gathers_[unit]->wait();
-  record_.add_prefetched(Collective::kAllGather, bytes_of(flat_[unit]), std::move(gathers_[unit]),
-                         std::move(wait_start));
+  const bool cast = cast_flat_[unit].defined();
+  record_.add_prefetched(Collective::kAllGather, bytes_of(cast ? cast_flat_[unit] : flat_[unit]),
+                         std::move(gathers_[unit]), std::move(wait_start));
+  if (cast) {
+    flat_[unit].copy_(cast_flat_[unit]);
+    cast_shard_[unit] = torch::Tensor();
+    cast_flat_[unit] = torch::Tensor();
+  }
   state_[unit] = State::kWhole;
 }
 
@@ -71,6 +94,7 @@ void UnitShards::release(int64_t unit) {
 
 void UnitShards::before_forward(int64_t unit) {
   DTRAIN_CHECK(unit >= 0 && unit < units_, "zero stage 3: unit {} of {}", unit, units_);
+  choose_gather_dtype();
   make_whole(unit);
   for (int64_t ahead = 1; ahead <= prefetch_; ++ahead) gather(unit + ahead);
   poll();

@@ -23,6 +23,14 @@
 // gradient outlives its unit's backward (DeepSpeed's stage 3 does the same). The sum differs
 // from DDP's (which averages the ranks' sums of micro-steps) only in rounding.
 //
+// Gathers in the compute dtype (gather_compute): under autocast, a forward computes in bf16 or
+// fp16 whatever the parameters' dtype, so the shards are cast to it and gathered in it, then
+// widened into the unit's parameters: half the bytes on the wire, and the weights autocast
+// casts again for its matrix products are the same. The dtype is the one the unit's forward
+// runs in (autocast's on the parameters' device), kept for its backward's gathers: one step
+// sees the same weights in both. The shards themselves, the optimizer's, stay in the
+// parameters' dtype, and gather_copy() reads them whole.
+//
 // Every rank runs the same units in the same order, so the collectives match; all run on the
 // thread that runs forward and backward, and are recorded in the step's StepComm.
 //
@@ -55,7 +63,8 @@ class UnitShards : public UnitHooks {
   // freed: from here on they hold values only while their unit is whole. `shard` holds this
   // rank's shard of every unit, `record` the step's communication; both outlive this.
   UnitShards(const PsPlan& plan, std::vector<torch::Tensor>& params, PsShard& shard,
-             std::shared_ptr<Communicator> comm, int64_t prefetch, StepComm& record);
+             std::shared_ptr<Communicator> comm, int64_t prefetch, bool gather_compute,
+             StepComm& record);
   ~UnitShards() override;
   UnitShards(const UnitShards&) = delete;
   UnitShards& operator=(const UnitShards&) = delete;
@@ -101,6 +110,8 @@ class UnitShards : public UnitHooks {
   void release(int64_t unit);
   void reduce_gradients(int64_t unit);
   void complete(Pending& pending);
+  // gather_compute: the dtype the forward runs in from here on; else the parameters'.
+  void choose_gather_dtype();
   // MPI moves a nonblocking collective forward only inside MPI calls: a test() in each hook.
   void poll();
 
@@ -113,6 +124,11 @@ class UnitShards : public UnitHooks {
   int64_t units_ = 0;
 
   std::vector<torch::Tensor> flat_;  // per unit: [padded numel], the parameters as views
+  bool gather_compute_ = false;
+  torch::ScalarType gather_dtype_;  // what the last forward computed in (gather_compute)
+  // Per unit, while kGathering in another dtype than the parameters': the shard cast, and the
+  // whole unit in that dtype, widened into flat_ once gathered.
+  std::vector<torch::Tensor> cast_shard_, cast_flat_;
   std::vector<State> state_;
   std::vector<std::unique_ptr<Work>> gathers_;  // per unit, while kGathering
   int64_t whole_ = 0;                           // units not kReleased

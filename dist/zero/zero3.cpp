@@ -45,7 +45,7 @@ void Zero3Strategy::attach(torch::nn::Module& model, const OptimizerFactory& mak
                                      make_optimizer, PsShard::sum_over(comm_),
                                      /*whole_tensors=*/false);
   unit_shards_ = std::make_unique<UnitShards>(plan_, params_, *shard_, comm_, options_.prefetch,
-                                              current_);
+                                              options_.gather_dtype == "compute", current_);
   units_->set_unit_hooks(unit_shards_.get());
   if (comm_->rank() == 0) {
     const int64_t element_size = static_cast<int64_t>(params_.front().element_size());

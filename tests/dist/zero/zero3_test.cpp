@@ -8,6 +8,7 @@
 // prefetch + 1 units are ever whole. Checkpoints go to and from stage 2 and DDP on another
 // number of ranks. Float64: tolerance 1e-12. On the CPU over MPI, and over NCCL on one GPU per
 // rank as the dist.zero3_nccl suites (tests/CMakeLists.txt) run it.
+#include "common/autocast.h"
 #include "common/error.h"
 #include "dist/ddp/ddp.h"
 #include "dist/zero/zero.h"
@@ -253,6 +254,64 @@ TEST_CASE("ZeRO-3 on GPUs equals one rank while the host runs ahead of the devic
     strategy.step(options.lr);
   }
   CHECK(max_difference(strategy.model_state(), *reference) < kTolerance);
+}
+
+// Autocast on the test's device, computing in `dtype`, for the scope's life.
+struct Autocast {
+  explicit Autocast(at::ScalarType dtype) : type(device().type()) {
+    dtrain::set_autocast(type, true, dtype);
+  }
+  ~Autocast() {
+    dtrain::set_autocast(type, false, torch::kBFloat16);
+    at::autocast::clear_cache();
+  }
+  c10::DeviceType type;
+};
+
+TEST_CASE("ZeRO-3 gathers in autocast's dtype: forwards see the weights rounded to it, the "
+          "optimizer steps the unrounded ones", "[dist][zero]") {
+  // Float64 nets: autocast casts only float32, so what rounds here is the gather alone.
+  const auto options = optimizer_options("lamb");
+  const Data data = make_data(world()->size());
+  // One process: each step's gradient taken at the weights rounded to bf16, applied to the
+  // unrounded ones.
+  Net reference = make_net();
+  Net reader = make_net();
+  auto optimizer = dtrain::optim::make_optimizer(options, reference->parameters());
+  for (int64_t step = 0; step < kSteps; ++step) {
+    auto params = reference->parameters(), reader_params = reader->parameters();
+    {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < params.size(); ++i) {
+        reader_params[i].copy_(params[i].to(torch::kBFloat16));
+      }
+    }
+    reader->zero_grad();
+    torch::nn::functional::cross_entropy(reader->forward(data.x[step]), data.y[step]).backward();
+    for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = reader_params[i].grad();
+    optimizer->step();
+  }
+  Net unrounded = train_reference(data, options);
+  REQUIRE(max_difference(*reference, *unrounded) > 1e-6);  // the rounding shows
+
+  double bytes[2] = {0.0, 0.0};
+  for (const std::string gather : {"compute", "param"}) {
+    INFO("dist.zero.gather_dtype = " << gather);
+    auto zero = stage3();
+    zero.gather_dtype = gather;
+    Net net = make_net();
+    Zero3Strategy strategy(zero, world());
+    strategy.attach(*net, factory(options));
+    {
+      Autocast autocast(torch::kBFloat16);
+      train(net, strategy, data, 0, kSteps, options.lr);
+    }
+    bytes[gather == "param"] = stat(strategy.stats(), "comm/bytes");
+    CHECK(max_difference(strategy.model_state(), gather == "param" ? *unrounded : *reference) <
+          kTolerance);
+  }
+  // A bf16 gather moves a quarter of a float64 one; the reduce-scatters stay float64.
+  CHECK(bytes[0] < 0.75 * bytes[1]);
 }
 
 TEST_CASE("ZeRO-3 evaluates without grad mode, gathering each unit around its forward",
