@@ -26,15 +26,23 @@ OnebitCodec::OnebitCodec(const CompressionOptions& options, std::shared_ptr<Comm
 torch::Tensor OnebitCodec::encode(const torch::Tensor& input, int64_t step) const {
   (void)step;
   const int64_t chunks = chunks_of(input.numel(), chunk_);
-  torch::Tensor padded = torch::zeros({chunks * chunk_}, input.options());
-  padded.narrow(0, 0, input.numel()).copy_(input);
+  const torch::Tensor padded = torch::constant_pad_nd(input, {0, chunks * chunk_ - input.numel()});
   // Mean magnitude over the chunk's real elements (the padding adds nothing to the sum).
   torch::Tensor counts = torch::full({chunks}, static_cast<double>(chunk_), input.options());
   counts[-1] = static_cast<double>(input.numel() - (chunks - 1) * chunk_);
   const torch::Tensor scales = padded.view({chunks, chunk_}).abs().sum(1).div_(counts);
-  const torch::Tensor bits = padded.ge(0).to(torch::kUInt8).view({-1, 8});
-  const torch::Tensor packed = bits.mul(bit_weights(input.device())).sum(1, false, torch::kUInt8);
-  return torch::cat({to_bytes(scales), packed});
+  return torch::cat({to_bytes(scales), pack_signs(padded)});
+}
+
+torch::Tensor pack_signs(const torch::Tensor& input) {
+  // Each sign a byte of 0 or 1, eight bytes an int64 (little-endian: element 8i + b in its
+  // byte b). Multiplying by 2^56 + 2^49 + ... + 2^7 moves byte b's bit to bit 56 + b, and no
+  // other product reaches bits 56-63 or carries into them (they land at or above bit 64, or
+  // at distinct bits below 56): the top byte is the eight signs packed. Three passes over an
+  // eighth of the elements, where a byte-wise weighted sum takes a reduction over all of them.
+  const torch::Tensor bytes = input.ge(0).view(torch::kUInt8).view(torch::kInt64);
+  constexpr int64_t kGather = 0x0102040810204080;
+  return torch::bitwise_right_shift(bytes.mul(kGather), 56).to(torch::kUInt8);
 }
 
 torch::Tensor OnebitCodec::decode_sum(const torch::Tensor& messages, int64_t numel,

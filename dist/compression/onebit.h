@@ -24,4 +24,8 @@ class OnebitCodec : public GatheredCodec {
   int64_t chunk_;
 };
 
+// The signs of `input` (numel a multiple of 8), packed: bit b of byte i set where element
+// 8i + b >= 0 (as -0.0 is).
+torch::Tensor pack_signs(const torch::Tensor& input);
+
 }  // namespace dtrain::dist::compression

@@ -77,6 +77,20 @@ TEST_CASE("onebit packs signs of long buckets exactly", "[codec]") {
   CHECK(decoded.abs().sum().item<double>() == Approx(input.abs().sum().item<double>()));
 }
 
+TEST_CASE("onebit packs element 8i + b into bit b of byte i, -0.0 as positive", "[codec]") {
+  torch::manual_seed(5);
+  torch::Tensor input = torch::randn({64 * 8}, f64());
+  input[3] = -0.0;
+  input[9] = 0.0;
+  const torch::Tensor packed = dtrain::dist::compression::pack_signs(input);
+  REQUIRE(packed.numel() == 64);
+  const auto* bytes = packed.data_ptr<uint8_t>();
+  for (int64_t e = 0; e < input.numel(); ++e) {
+    const bool bit = (bytes[e / 8] >> (e % 8)) & 1;
+    CHECK(bit == (input[e].item<double>() >= 0.0));
+  }
+}
+
 TEST_CASE("the fp16/bf16 scale is a power of two that bounds the sum by 2^15", "[codec]") {
   for (const double magnitude : {1e-30, 1e-3, 1.0, 7.0e4, 3.0e38}) {
     INFO("magnitude " << magnitude);
