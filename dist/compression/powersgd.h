@@ -4,7 +4,9 @@
 //      rank); all-reduce P, together with the bucket's uncompressed tensors;
 //   2. P = orthonormal columns of the average P (Gram-Schmidt); Q = M^T P; all-reduce Q.
 // The average over ranks of the decoded P_i Q_i^T is P Q^T with the averaged Q (both rounds
-// average). Matrices that rank r would not shrink ((n + m) r >= n m) and tensors of one
+// average); a rank that keeps a shard of the bucket (ZeRO-2) rebuilds only the rows of P Q^T
+// that reach into it, and copies only its exact tensors' elements (still all-reduced with P:
+// one collective fewer than reduce-scattering them, for a few percent of the bytes). Matrices that rank r would not shrink ((n + m) r >= n m) and tensors of one
 // dimension (biases, norms) are averaged exactly. With error feedback M includes the residual
 // and the residual becomes M - P Q_i^T, this rank's own decoded message. Round 1 starts from
 // the reducer's hook, overlapping backward; round 2 when a poll from the hooks finds round 1
@@ -27,11 +29,11 @@ namespace dtrain::dist::compression {
 class PowerSgdCodec : public Codec {
  public:
   PowerSgdCodec(const CompressionOptions& options, std::shared_ptr<Communicator> comm,
-                const std::vector<torch::Tensor>& params);
+                Share share, const std::vector<torch::Tensor>& params);
   std::string kind() const override { return "powersgd"; }
   Collective collective() const override { return Collective::kAllReduce; }
   std::unique_ptr<Work> launch(Bucket& bucket, int64_t step) override;
-  void finish(Bucket& bucket) override;
+  void finish(Bucket& bucket, torch::Tensor kept) override;
   int64_t payload_bytes(const Bucket& bucket) const override;
 
   CodecState state() const override;
@@ -52,7 +54,6 @@ class PowerSgdCodec : public Codec {
   void load_q(Entry& entry);
   std::unique_ptr<Work> second_round(Bucket& bucket);
 
-  std::shared_ptr<Communicator> comm_;
   int64_t rank_;
   bool error_feedback_;
   std::vector<std::vector<int64_t>> shapes_;  // by parameter
