@@ -11,6 +11,7 @@ std::unique_ptr<Work> GatheredCodec::launch(Bucket& bucket, int64_t step) {
   if (residual) {
     torch::sub_out(*residual, flat,
                    decode_sum(message.unsqueeze(0), flat.numel(), {0, flat.numel()}, flat));
+    state_.clear_gaps(bucket, *residual);
   }
   if (static_cast<int64_t>(gathered_.size()) <= bucket.index) gathered_.resize(bucket.index + 1);
   torch::Tensor& gathered = gathered_[bucket.index];

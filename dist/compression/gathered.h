@@ -3,7 +3,8 @@
 // decodes all of them over the part of the bucket it keeps (under ZeRO-2 its shard: top-k's
 // indices that fall into it, the sign chunks that cover it) and averages. Error feedback:
 // residual = (gradient + residual) - what this rank's own message decodes to, over the whole
-// bucket.
+// bucket but its padding (ZeRO-2's), where a sign still decodes to its chunk's scale and
+// nothing may be kept (a checkpoint keeps residuals by parameter).
 #pragma once
 
 #include "dist/compression/codec.h"

@@ -9,9 +9,10 @@
 // one collective fewer than reduce-scattering them, for a few percent of the bytes). Matrices that rank r would not shrink ((n + m) r >= n m) and tensors of one
 // dimension (biases, norms) are averaged exactly. With error feedback M includes the residual
 // and the residual becomes M - P Q_i^T, this rank's own decoded message. Round 1 starts from
-// the reducer's hook, overlapping backward; round 2 when a poll from the hooks finds round 1
-// done (MPI), or else in the bucket's wait() after backward (NCCL: the compute stream must
-// not wait for round 1 in the middle of backward).
+// the reducer's hook, overlapping backward; round 2 in the bucket's wait(), at the same point
+// of every rank's sequence of collectives (dist/compression/chained_work.h): after backward
+// under DDP (NCCL: the compute stream must not wait for round 1 in the middle of backward),
+// when bucket b + 2 launches under ZeRO-2's two shared buffers.
 // A bucket's matrices are grouped by shape and even spacing (dist/compression/powersgd_plan.h),
 // so that each product is one batched matrix product per group on a strided view of the
 // bucket, and the orthogonalisation one batched Gram-Schmidt per bucket (no QR, which on a
