@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# DDP with compressed gradients over 2 ranks: 6 steps, checkpoint, resume, 6 more steps gives
-# bitwise the weights of 12 straight steps (top-k residuals with DGC momentum, PowerSGD's
-# residuals and warm-start Q, all in codec_rank{R}.pt); the same checkpoint resumed on 1 rank
-# says that the residuals restart from zero, and trains on.
+# DDP and ZeRO stage 2 with compressed gradients over 2 ranks: 6 steps, checkpoint, resume, 6
+# more steps gives bitwise the weights of 12 straight steps (top-k residuals with DGC momentum,
+# PowerSGD's residuals and warm-start Q, all in codec_rank{R}.pt); under DDP the same
+# checkpoint resumed on 1 rank says that the residuals restart from zero, and trains on.
 #   usage: ... TRAINER SOURCE_DIR
 set -euo pipefail
 trainer=$1 source=$2
@@ -24,9 +24,14 @@ resume_from_step_6() {  # FROM TO
 }
 # DGC's momentum correction replaces the optimizer's momentum.
 dgc="--set dist.compression.momentum=0.5 --set optim.momentum=0 --set optim.nesterov=false"
-for codec in "kind=topk $dgc" "kind=powersgd --set dist.compression.rank=2"; do
+zero2="--set dist.strategy=zero --set dist.zero.stage=2 --set dist.zero.bucket_mb=0.02"
+for codec in "kind=topk $dgc" "kind=powersgd --set dist.compression.rank=2" \
+             "kind=topk $dgc $zero2" "kind=powersgd --set dist.compression.rank=2 $zero2"; do
   name=${codec%% *}
   name=${name#kind=}
+  strategy=ddp
+  [[ $codec == *"$zero2"* ]] && strategy=zero2
+  name=$strategy-$name
   # shellcheck disable=SC2086  # the codec's settings are several words
   set -- --set dist.compression.$codec --set dist.compression.warmup_steps=2
   run 2 "$tmp/$name-straight" "$@"
@@ -36,6 +41,7 @@ for codec in "kind=topk $dgc" "kind=powersgd --set dist.compression.rank=2"; do
   cmp "$tmp/$name-straight/r/checkpoints/step_00000012/model.pt" \
       "$tmp/$name-resumed/r/checkpoints/step_00000012/model.pt"
   echo "ok: resumed $name run matches the straight run bitwise"
+  [[ $strategy == ddp ]] || continue
   resume_from_step_6 "$tmp/$name-straight" "$tmp/$name-one-rank"
   run 1 "$tmp/$name-one-rank" "$@" --resume
   grep -q "codec state of 2 ranks, resumed on 1: the error-feedback residuals restart from zero" \
