@@ -2,7 +2,8 @@
 # DDP and ZeRO stage 2 with compressed gradients over 2 ranks: 6 steps, checkpoint, resume, 6
 # more steps gives bitwise the weights of 12 straight steps (top-k residuals with DGC momentum,
 # PowerSGD's residuals and warm-start Q, all in codec_rank{R}.pt); under DDP the same
-# checkpoint resumed on 1 rank says that the residuals restart from zero, and trains on.
+# checkpoint resumed on 1 rank says that the residuals restart from zero, and trains on, and
+# resumed under ZeRO-2 on 2 ranks takes the residuals (kept by parameter) as they are.
 #   usage: ... TRAINER SOURCE_DIR
 set -euo pipefail
 trainer=$1 source=$2
@@ -49,3 +50,13 @@ for codec in "kind=topk $dgc" "kind=powersgd --set dist.compression.rank=2" \
   test -f "$tmp/$name-one-rank/r/checkpoints/step_00000012/DONE"
   echo "ok: $name resumed on 1 rank restarts its residuals and trains on"
 done
+resume_from_step_6 "$tmp/ddp-topk-straight" "$tmp/ddp-to-zero2"
+# shellcheck disable=SC2086
+run 2 "$tmp/ddp-to-zero2" --set dist.compression.kind=topk $dgc $zero2 \
+  --set dist.compression.warmup_steps=2 --resume
+if grep -q "starts fresh\|restart from zero" "$tmp/ddp-to-zero2.log"; then
+  cat "$tmp/ddp-to-zero2.log"
+  exit 1
+fi
+test -f "$tmp/ddp-to-zero2/r/checkpoints/step_00000012/codec_rank1.pt"
+echo "ok: a ddp top-k checkpoint resumes under ZeRO-2 with its codec state"
