@@ -99,7 +99,8 @@ void CompressionOptions::declare(OptionSpecs& keys) {
            "topk: steps over which the sent fraction falls from 25% to `ratio`")
       .range(0, 1000000000);
   keys.add("warmup_steps", &warmup_steps,
-           "steps of uncompressed all-reduce (ZeRO-2: reduce-scatter) before the codec starts").range(0, 1000000000);
+           "steps of uncompressed all-reduce (ZeRO-2: reduce-scatter) before the codec starts")
+      .range(0, 1000000000);
 }
 
 FieldErrors CompressionOptions::validate() const {

@@ -7,8 +7,9 @@
 // average); a rank that keeps a shard of the bucket (ZeRO-2) rebuilds only the rows of P Q^T
 // that reach into it, and copies only its exact tensors' elements (still all-reduced with P:
 // a reduce-scatter of their own would be a third collective per bucket, to save at most half
-// of their bytes, 7% of ResNet-50's at rank 4; docs/ARCHITECTURE.md). Matrices that rank r would not shrink ((n + m) r >= n m) and tensors of one
-// dimension (biases, norms) are averaged exactly. With error feedback M includes the residual
+// of their bytes, 7% of ResNet-50's at rank 4; docs/ARCHITECTURE.md). Matrices that rank r
+// would not shrink ((n + m) r >= n m) and tensors of one dimension (biases, norms) are
+// averaged exactly. With error feedback M includes the residual
 // and the residual becomes M - P Q_i^T, this rank's own decoded message. Round 1 starts from
 // the reducer's hook, overlapping backward; round 2 in the bucket's wait(), at the same point
 // of every rank's sequence of collectives (dist/compression/chained_work.h): after backward
