@@ -27,7 +27,9 @@ std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
     return std::make_unique<DdpStrategy>(options.ddp, world, options.compression);
   }
   if (options.strategy == StrategyKind::kZero) {
-    if (options.zero.stage == 2) return std::make_unique<Zero2Strategy>(options.zero, world);
+    if (options.zero.stage == 2) {
+      return std::make_unique<Zero2Strategy>(options.zero, world, options.compression);
+    }
     if (options.zero.stage == 3) return std::make_unique<Zero3Strategy>(options.zero, world);
     return std::make_unique<ZeroStrategy>(world);
   }

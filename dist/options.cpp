@@ -104,7 +104,8 @@ void CompressionOptions::declare(OptionSpecs& keys) {
            "topk: steps over which the sent fraction falls from 25% to `ratio`")
       .range(0, 1000000000);
   keys.add("warmup_steps", &warmup_steps,
-           "steps of uncompressed all-reduce before the codec starts").range(0, 1000000000);
+           "steps of uncompressed all-reduce (ZeRO-2: reduce-scatter) before the codec starts")
+      .range(0, 1000000000);
 }
 
 FieldErrors CompressionOptions::validate() const {
@@ -139,12 +140,15 @@ FieldErrors DistOptions::validate(const DistContext& context) const {
   for (FieldError& error : compression.validate()) {
     errors.push_back({"compression." + error.key, error.problem});
   }
-  if (compression.enabled() &&
-      (strategy == StrategyKind::kPs || strategy == StrategyKind::kZero)) {
+  const bool zero_other_stage = strategy == StrategyKind::kZero && zero.stage != 2;
+  if (compression.enabled() && (strategy == StrategyKind::kPs || zero_other_stage)) {
+    const std::string under =
+        zero_other_stage ? fmt::format("\"zero\" stage {}", zero.stage) : "\"ps\"";
     errors.push_back({"compression.kind",
                       fmt::format("\"{}\": dist.compression is available with dist.strategy = "
-                                  "\"ddp\" only in this version; use kind = \"none\" under \"{}\"",
-                                  compression.kind, strategy_name(strategy))});
+                                  "\"ddp\" and with \"zero\" at dist.zero.stage = 2 in this "
+                                  "version; use one of those, or kind = \"none\" under {}",
+                                  compression.kind, under)});
   }
   if (compression.has_residuals() && (context.fp16_loss_scaling || context.skip_nonfinite)) {
     // A residual keeps what a step did not send: a loss-scaled or non-finite gradient in it

@@ -98,7 +98,8 @@ struct PsOptions {
   bool use_collectives(bool on_gpus) const;
 };
 
-// [dist.compression]: gradient codecs (dist/compression/codec.h), under "ddp" in this version.
+// [dist.compression]: gradient codecs (dist/compression/codec.h), under "ddp" and under "zero"
+// at stage 2 in this version.
 struct CompressionOptions {
   // "none"; "fp16" or "bf16": a cast, scaled so the sum cannot overflow; "topk": the largest
   // `ratio` of each bucket's elements; "powersgd": rank-`rank` factors (Vogels et al. 2019);
@@ -115,7 +116,8 @@ struct CompressionOptions {
   // topk: steps over which the sent fraction falls exponentially from 25% to `ratio` (DGC's
   // sparsity warm-up), counted from the first compressed step.
   int64_t sparsity_warmup_steps = 0;
-  // Steps of uncompressed all-reduce before the codec starts (any codec).
+  // Steps of uncompressed exchange (DDP's all-reduce, ZeRO-2's reduce-scatter) before the
+  // codec starts (any codec).
   int64_t warmup_steps = 0;
 
   bool enabled() const { return kind != "none"; }

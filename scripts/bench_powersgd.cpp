@@ -226,7 +226,8 @@ int main(int argc, char** argv) {
   int64_t matrices = 0, groups = 0;
   for (const Bucket& bucket : buckets) {
     const compression::PowerSgdPlan plan =
-        compression::plan_powersgd(bucket.layout, shapes, rank, device);
+        compression::plan_powersgd(bucket.layout, shapes, rank, device,
+                                   {0, bucket.layout.numel});
     matrices += plan.num_matrices;
     groups += static_cast<int64_t>(plan.groups.size());
   }
@@ -245,7 +246,7 @@ int main(int argc, char** argv) {
     for (Bucket& bucket : buckets) works.push_back(codec->launch(bucket, 0));
     for (size_t b = 0; b < buckets.size(); ++b) {
       works[b]->wait();
-      codec->finish(buckets[b]);
+      codec->finish(buckets[b], buckets[b].flat);
     }
   };
   // The best of three rounds, the two alternated (the machine may be busy with other work).

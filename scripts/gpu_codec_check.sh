@@ -4,8 +4,10 @@
 # (scripts/bench_powersgd.cpp), then ResNet-50 (configs/resnet50_synthetic.toml, bf16, batch
 # 128 per GPU) under DDP on up to 4 GPUs with each codec: img/s against no codec, encode and
 # decode ms and their share of the uncompressed step, and the ms each codec adds to the step
-# in all (docs/PERFORMANCE.md's "Gradient compression" table). On NCCL, PowerSGD's second
-# round (orthogonalisation, Q = M^T P) runs in the bucket's wait() after backward: it is in
+# in all (docs/PERFORMANCE.md's "Gradient compression" table); then the same under ZeRO
+# stage 2, where each rank decodes only its shard (codecs_zero2_LINK.md beside
+# codecs_LINK.md). On NCCL, PowerSGD's second round (orthogonalisation, Q = M^T P) runs in the
+# bucket's wait(): after backward under DDP, when bucket b + 2 launches under ZeRO-2; it is in
 # the added and exposed ms, not in encode ms.
 # LINKS="nvlink slow" repeats the runs with NCCL kept off NVLink, shared memory and
 # InfiniBand (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1: its socket transport
@@ -13,8 +15,8 @@
 # below which it pays: the bus bytes it saves per step over its encode + decode time (an upper
 # bound on the link: it counts every byte as exposed, where overlap hides some).
 #   usage: scripts/gpu_codec_check.sh OUT_DIR  (after scripts/prepare_gpu_deps.sh brought .deps)
-#   STEPS (default 40), CODECS (default "none fp16 bf16 topk powersgd onebit") and LINKS
-#   (default "nvlink") override.
+#   STEPS (default 40), CODECS (default "none fp16 bf16 topk powersgd onebit"), LINKS
+#   (default "nvlink") and STRATEGIES (default "ddp zero2") override.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$1
@@ -25,9 +27,10 @@ gpus=$(nvidia-smi -L | wc -l)
 ranks=$((gpus < 4 ? gpus : 4))
 
 gpu_build dist_tests trainer bench_powersgd
-echo "== codec tests over NCCL, 2 ranks"
+echo "== codec tests over NCCL, 2 ranks (ZeRO-2's codecs on 2 and 4)"
 (cd build-gpu && ctest --output-on-failure \
-  -R '^dist\.(codec|reducer_codec|ddp_codec|powersgd)_nccl\.np2' -j 1) >"$out/ctest.log" 2>&1
+  -R '^dist\.((codec|reducer_codec|ddp_codec|powersgd)_nccl\.np2|zero2_codec_nccl\.np)' \
+  -j 1) >"$out/ctest.log" 2>&1
 grep -E "Test +#|tests passed|FAILED|Failed" "$out/ctest.log" | tail -10
 
 echo "== PowerSGD encode + decode on one GPU, batched against per matrix"
@@ -36,21 +39,26 @@ mpirun -np 1 --bind-to none -x LD_LIBRARY_PATH build-gpu/bench_powersgd cuda 20 
 
 steps=${STEPS:-40}
 codecs=${CODECS:-"none fp16 bf16 topk powersgd onebit"}
+for strategy in ${STRATEGIES:-ddp zero2}; do
 for link in ${LINKS:-nvlink}; do
-  runs="$out/$link"
+  runs="$out/$link" settings=(--set dist.strategy=ddp) table="$out/codecs_$link.md"
+  if [ "$strategy" = zero2 ]; then
+    runs="$out/zero2_$link" table="$out/codecs_zero2_$link.md"
+    settings=(--set dist.strategy=zero --set dist.zero.stage=2)
+  fi
   rm -rf "$runs"  # the trainer never writes into another run's directory
   mkdir -p "$runs"
   slow=()
   [ "$link" = slow ] && slow=(-x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 -x NCCL_IB_DISABLE=1)
-  echo "== ResNet-50 bf16 DDP on $ranks GPUs over $link, $steps steps: $codecs"
+  echo "== ResNet-50 bf16 $strategy on $ranks GPUs over $link, $steps steps: $codecs"
   for codec in $codecs; do
     mpirun -np "$ranks" --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE "${slow[@]}" \
-      build-gpu/trainer --config configs/resnet50_synthetic.toml --set dist.strategy=ddp \
+      build-gpu/trainer --config configs/resnet50_synthetic.toml "${settings[@]}" \
       --set dist.compression.kind="$codec" --set train.max_steps="$steps" \
       --set run.out_dir="$runs" --set run.name="$codec" >"$runs/$codec.log" 2>&1 ||
       { echo "$codec failed:"; tail -5 "$runs/$codec.log"; }
   done
-  python3 - "$runs" $codecs <<'PY' | tee "$out/codecs_$link.md"
+  python3 - "$runs" $codecs <<'PY' | tee "$table"
 import json, os, sys
 runs, codecs = sys.argv[1], sys.argv[2:]
 def means(codec):
@@ -84,4 +92,5 @@ for codec in codecs:
           f"{m['comm/ms']:.2f} | {m['comm/exposed_ms']:.2f} | {m['comm/busbw_gbps']:.1f} | "
           f"{pays} |")
 PY
+done
 done

@@ -2,6 +2,8 @@
 
 #include "common/error.h"
 
+#include <algorithm>
+
 namespace dtrain::dist::compression {
 
 torch::Tensor& BucketState::at(const Bucket& bucket, size_t slot) {
@@ -69,6 +71,20 @@ int64_t BucketState::bytes() const {
     for (const auto& item : slot) total += item.second.nbytes();
   }
   return total;
+}
+
+void BucketState::clear_gaps(const Bucket& bucket, torch::Tensor& tensor) const {
+  std::vector<std::pair<int64_t, int64_t>> covered;  // (offset, numel)
+  for (size_t i = 0; i < bucket.layout.params.size(); ++i) {
+    covered.emplace_back(bucket.layout.offsets[i], numels_.at(bucket.layout.params[i]));
+  }
+  std::sort(covered.begin(), covered.end());
+  int64_t at = 0;
+  for (const auto& [offset, numel] : covered) {
+    if (offset > at) tensor.narrow(0, at, offset - at).zero_();
+    at = std::max(at, offset + numel);
+  }
+  if (bucket.layout.numel > at) tensor.narrow(0, at, bucket.layout.numel - at).zero_();
 }
 
 std::vector<torch::Tensor> BucketState::all(size_t slot) const {

@@ -34,6 +34,9 @@ class BucketState {
   void set_by_param(std::vector<ByParam> state);
   // After the reducer re-planned its buckets: the state moves with the parameters.
   void relayout(const std::vector<Bucket>& buckets);
+  // Zeros the elements of `tensor` (bucket-sized) that no parameter covers (ZeRO-2's padding):
+  // state is checkpointed by parameter, so nothing may be kept there.
+  void clear_gaps(const Bucket& bucket, torch::Tensor& tensor) const;
   // Every bucket's tensor of `slot` made so far.
   std::vector<torch::Tensor> all(size_t slot) const;
   // Bytes held, every slot of every bucket and what waits for first use.

@@ -17,9 +17,9 @@ torch::Tensor cast_scale(const torch::Tensor& magnitude) {
   return torch::where(torch::isfinite(magnitude), scale, torch::ones_like(scale));
 }
 
-CastCodec::CastCodec(torch::ScalarType type, std::shared_ptr<Communicator> comm,
+CastCodec::CastCodec(torch::ScalarType type, std::shared_ptr<Communicator> comm, Share share,
                      std::vector<int64_t> numels)
-    : Codec({}, std::move(numels)), type_(type), comm_(std::move(comm)) {}
+    : Codec(std::move(comm), share, {}, std::move(numels)), type_(type) {}
 
 std::unique_ptr<Work> CastCodec::launch(Bucket& bucket, int64_t step) {
   (void)step;
@@ -29,13 +29,18 @@ std::unique_ptr<Work> CastCodec::launch(Bucket& bucket, int64_t step) {
   comm_->all_reduce(magnitude, ReduceOp::kSum)->wait();
   flight.scale = cast_scale(magnitude);
   flight.message = bucket.flat.mul(flight.scale).to(type_);
-  return comm_->all_reduce(flight.message, ReduceOp::kSum);
+  if (share_ == Share::kWhole) {
+    flight.summed = flight.message;
+    return comm_->all_reduce(flight.message, ReduceOp::kSum);
+  }
+  flight.summed = torch::empty({kept(bucket).numel}, flight.message.options());
+  return comm_->reduce_scatter(flight.message, flight.summed, ReduceOp::kSum);
 }
 
-void CastCodec::finish(Bucket& bucket) {
+void CastCodec::finish(Bucket& bucket, torch::Tensor kept) {
   InFlight& flight = in_flight_.at(bucket.index);
-  bucket.flat.copy_(flight.message);
-  bucket.flat.div_(flight.scale * static_cast<double>(comm_->size()));
+  kept.copy_(flight.summed);
+  kept.div_(flight.scale * static_cast<double>(comm_->size()));
 }
 
 int64_t CastCodec::payload_bytes(const Bucket& bucket) const {

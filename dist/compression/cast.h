@@ -1,4 +1,5 @@
-// fp16 and bf16 casts, all-reduced in the narrow type: half the bytes of float32. Before the
+// fp16 and bf16 casts, all-reduced in the narrow type (reduce-scattered where each rank keeps
+// a shard: the message is laid out like the bucket): half the bytes of float32. Before the
 // cast every rank multiplies its bucket by the same power of two s, chosen from the sum over
 // ranks of each rank's largest magnitude A: s = 2^floor(log2(2^15 / A)), so that every partial
 // sum of the all-reduce stays below 2^15 (fp16's largest is 65504) and small gradients are
@@ -17,21 +18,23 @@ torch::Tensor cast_scale(const torch::Tensor& magnitude);
 
 class CastCodec : public Codec {
  public:
-  CastCodec(torch::ScalarType type, std::shared_ptr<Communicator> comm,
+  CastCodec(torch::ScalarType type, std::shared_ptr<Communicator> comm, Share share,
             std::vector<int64_t> numels);
   std::string kind() const override { return type_ == torch::kHalf ? "fp16" : "bf16"; }
-  Collective collective() const override { return Collective::kAllReduce; }
+  Collective collective() const override {
+    return share_ == Share::kWhole ? Collective::kAllReduce : Collective::kReduceScatter;
+  }
   std::unique_ptr<Work> launch(Bucket& bucket, int64_t step) override;
-  void finish(Bucket& bucket) override;
+  void finish(Bucket& bucket, torch::Tensor kept) override;
   int64_t payload_bytes(const Bucket& bucket) const override;
 
  private:
   struct InFlight {
     torch::Tensor message;  // [numel] of type_
+    torch::Tensor summed;   // [kept numel] of type_: the message itself under Share::kWhole
     torch::Tensor scale;    // [1]
   };
   torch::ScalarType type_;
-  std::shared_ptr<Communicator> comm_;
   std::vector<InFlight> in_flight_;  // by bucket
 };
 

@@ -1,7 +1,11 @@
 // A Work of two operations where the second needs the first's result (PowerSGD's P round,
-// then its Q round): the second starts (`then`) when a test() finds the first complete (the
-// reducer's polls from the gradient hooks on MPI, so it overlaps the rest of backward) or
-// else in wait(), which then waits for it. Timed from the first's start to the second's end.
+// then its Q round): the second starts (`then`) in wait(), which then waits for it; test()
+// only drives the first (the reducer's polls from the gradient hooks on MPI). Never from a
+// test(): whether a poll finds the first complete differs between ranks, and MPI matches
+// collectives by the order they are issued, so a second started from a poll on one rank and
+// after the next bucket's first on another would be matched with it. wait() comes at the same
+// point of every rank's sequence (the reducer completes buckets in order). Timed from the
+// first's start to the second's end.
 #pragma once
 
 #include "dist/comm/communicator.h"
@@ -22,8 +26,8 @@ class ChainedWork : public Work {
   }
   bool test() override {
     if (!second_) {
-      if (!first_->test()) return false;
-      start_second();
+      first_->test();
+      return false;
     }
     return second_->test();
   }

@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "dist/comm/gather.h"
 
 #include <fmt/format.h>
 
@@ -64,6 +65,13 @@ std::string serialize_codec_state(const Codec& codec, int world_size) {
   std::ostringstream stream;
   archive.save_to(stream);
   return stream.str();
+}
+
+std::vector<std::string> gather_codec_states(const Codec& codec, Communicator& comm) {
+  std::vector<std::string> all =
+      all_gather_bytes(comm, serialize_codec_state(codec, comm.size()));
+  if (comm.rank() != 0) all.clear();  // only rank 0 writes
+  return all;
 }
 
 void write_codec_states(const std::string& dir, const std::vector<std::string>& states) {

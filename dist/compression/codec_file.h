@@ -20,6 +20,8 @@ namespace dtrain::dist::compression {
 std::string codec_state_file(const std::string& dir, int rank);
 // This rank's state as the bytes of a torch archive.
 std::string serialize_codec_state(const Codec& codec, int world_size);
+// Every rank's serialized state, by rank, on rank 0 (empty elsewhere). Blocking; collective.
+std::vector<std::string> gather_codec_states(const Codec& codec, Communicator& comm);
 // Writes rank R's bytes, by rank, into `dir`.
 void write_codec_states(const std::string& dir, const std::vector<std::string>& states);
 // Sets `codec`'s state (of `num_params` parameters) from `dir`, for `rank` of `world_size`.

@@ -7,10 +7,11 @@ namespace dtrain::dist::compression {
 namespace {
 
 // Bytes each rank sends under the ring algorithms (dist/step_comm.h).
-double sent_per_rank(Collective collective, double payload, int ranks) {
+double sent_per_rank(Collective collective, int64_t payload, int ranks) {
   const double n = ranks;
-  if (collective == Collective::kAllReduce) return 2.0 * (n - 1.0) / n * payload;
-  return (n - 1.0) / n * payload;
+  const double bytes = static_cast<double>(payload);
+  if (collective == Collective::kAllReduce) return 2.0 * (n - 1.0) / n * bytes;
+  return (n - 1.0) / n * bytes;
 }
 
 double total_ms(const std::vector<Interval>& intervals) {
@@ -22,15 +23,19 @@ double total_ms(const std::vector<Interval>& intervals) {
 }  // namespace
 
 CodecHook::CodecHook(CommHook& plain, std::unique_ptr<Codec> codec,
-                     std::shared_ptr<Communicator> comm, int64_t warmup_steps)
+                     std::shared_ptr<Communicator> comm, int64_t warmup_steps,
+                     Destination destination)
     : plain_(plain), codec_(std::move(codec)), comm_(std::move(comm)),
-      warmup_steps_(warmup_steps) {}
+      warmup_steps_(warmup_steps), destination_(std::move(destination)) {
+  if (!destination_) destination_ = [](const Bucket& bucket) { return bucket.flat; };
+}
 
 std::unique_ptr<Work> CodecHook::launch(Bucket& bucket) {
-  const double raw = static_cast<double>(bucket.flat.nbytes());
-  current_.raw_bytes += sent_per_rank(Collective::kAllReduce, raw, comm_->size());
+  const double raw =
+      sent_per_rank(plain_.collective(), plain_.payload_bytes(bucket), comm_->size());
+  current_.raw_bytes += raw;
   if (!compressing()) {
-    current_.wire_bytes += sent_per_rank(Collective::kAllReduce, raw, comm_->size());
+    current_.wire_bytes += raw;
     return plain_.launch(bucket);
   }
   std::shared_ptr<const TimePoint> start = comm_->now();
@@ -45,11 +50,10 @@ void CodecHook::finish(Bucket& bucket) {
     return;
   }
   std::shared_ptr<const TimePoint> start = comm_->now();
-  codec_->finish(bucket);
+  codec_->finish(bucket, destination_(bucket));
   current_.decode.emplace_back(std::move(start), comm_->now());
-  current_.wire_bytes += sent_per_rank(codec_->collective(),
-                                       static_cast<double>(codec_->payload_bytes(bucket)),
-                                       comm_->size());
+  current_.wire_bytes +=
+      sent_per_rank(codec_->collective(), codec_->payload_bytes(bucket), comm_->size());
 }
 
 Collective CodecHook::collective() const {

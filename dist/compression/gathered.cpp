@@ -9,7 +9,9 @@ std::unique_ptr<Work> GatheredCodec::launch(Bucket& bucket, int64_t step) {
   const torch::Tensor message = encode(flat, step);
   // This rank's message alone decodes to what it sent; the rest of the input stays.
   if (residual) {
-    torch::sub_out(*residual, flat, decode_sum(message.unsqueeze(0), flat.numel(), flat));
+    torch::sub_out(*residual, flat,
+                   decode_sum(message.unsqueeze(0), flat.numel(), {0, flat.numel()}, flat));
+    state_.clear_gaps(bucket, *residual);
   }
   if (static_cast<int64_t>(gathered_.size()) <= bucket.index) gathered_.resize(bucket.index + 1);
   torch::Tensor& gathered = gathered_[bucket.index];
@@ -17,11 +19,11 @@ std::unique_ptr<Work> GatheredCodec::launch(Bucket& bucket, int64_t step) {
   return comm_->all_gather(message, gathered);
 }
 
-void GatheredCodec::finish(Bucket& bucket) {
+void GatheredCodec::finish(Bucket& bucket, torch::Tensor kept) {
   const torch::Tensor& gathered = gathered_.at(bucket.index);
   torch::Tensor sum = decode_sum(gathered.view({comm_->size(), -1}), bucket.flat.numel(),
-                                 bucket.flat);
-  bucket.flat.copy_(sum.div_(static_cast<double>(comm_->size())));
+                                 this->kept(bucket), bucket.flat);
+  kept.copy_(sum.div_(static_cast<double>(comm_->size())));
 }
 
 torch::Tensor to_bytes(const torch::Tensor& tensor) {

@@ -16,8 +16,8 @@ int64_t chunks_of(int64_t numel, int64_t chunk) { return (numel + chunk - 1) / c
 }  // namespace
 
 OnebitCodec::OnebitCodec(const CompressionOptions& options, std::shared_ptr<Communicator> comm,
-                         std::vector<int64_t> numels)
-    : GatheredCodec(std::move(comm),
+                         Share share, std::vector<int64_t> numels)
+    : GatheredCodec(std::move(comm), share,
                     options.error_feedback ? std::vector<std::string>{"residual"}
                                            : std::vector<std::string>{},
                     std::move(numels)),
@@ -45,19 +45,24 @@ torch::Tensor pack_signs(const torch::Tensor& input) {
   return torch::bitwise_right_shift(bytes.mul(kGather), 56).to(torch::kUInt8);
 }
 
-torch::Tensor OnebitCodec::decode_sum(const torch::Tensor& messages, int64_t numel,
+torch::Tensor OnebitCodec::decode_sum(const torch::Tensor& messages, int64_t numel, Range range,
                                       const torch::Tensor& like) const {
   const int64_t ranks = messages.size(0);
   const int64_t chunks = chunks_of(numel, chunk_);
   const int64_t scale_bytes = chunks * like.element_size();
-  const torch::Tensor scales =
-      from_bytes(messages.narrow(1, 0, scale_bytes), like.scalar_type());  // [ranks, chunks]
-  const torch::Tensor packed = messages.narrow(1, scale_bytes, chunks * chunk_ / 8);
+  // The chunks [first, first + count) that cover the range.
+  const int64_t first = range.offset / chunk_;
+  const int64_t count = chunks_of(range.end(), chunk_) - first;
+  const torch::Tensor scales = from_bytes(messages.narrow(1, 0, scale_bytes), like.scalar_type())
+                                   .narrow(1, first, count);  // [ranks, count]
+  const torch::Tensor packed =
+      messages.narrow(1, scale_bytes + first * chunk_ / 8, count * chunk_ / 8);
   const torch::Tensor bits = packed.unsqueeze(2).bitwise_and(bit_weights(like.device())).ne(0);
   // sign = 2 bit - 1, per element; times its chunk's scale, summed over ranks.
   const torch::Tensor signs =
-      bits.to(like.scalar_type()).mul_(2).sub_(1).view({ranks, chunks, chunk_});
-  return signs.mul_(scales.unsqueeze(2)).sum(0).view({-1}).narrow(0, 0, numel);
+      bits.to(like.scalar_type()).mul_(2).sub_(1).view({ranks, count, chunk_});
+  return signs.mul_(scales.unsqueeze(2)).sum(0).view({-1}).narrow(
+      0, range.offset - first * chunk_, range.numel);
 }
 
 }  // namespace dtrain::dist::compression

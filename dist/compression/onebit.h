@@ -11,13 +11,14 @@ namespace dtrain::dist::compression {
 
 class OnebitCodec : public GatheredCodec {
  public:
-  OnebitCodec(const CompressionOptions& options, std::shared_ptr<Communicator> comm,
+  OnebitCodec(const CompressionOptions& options, std::shared_ptr<Communicator> comm, Share share,
               std::vector<int64_t> numels);
   std::string kind() const override { return "onebit"; }
 
   // Message: one scale per chunk (the input's dtype), then the packed signs (bit set: >= 0).
   torch::Tensor encode(const torch::Tensor& input, int64_t step) const override;
-  torch::Tensor decode_sum(const torch::Tensor& messages, int64_t numel,
+  // Decodes only the chunks that cover `range`.
+  torch::Tensor decode_sum(const torch::Tensor& messages, int64_t numel, Range range,
                            const torch::Tensor& like) const override;
 
  private:

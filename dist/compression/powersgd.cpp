@@ -3,6 +3,8 @@
 #include "dist/compression/chained_work.h"
 #include "dist/compression/gram_schmidt.h"
 
+#include <algorithm>
+
 namespace dtrain::dist::compression {
 
 namespace {
@@ -39,14 +41,45 @@ torch::Tensor chunks_of(const torch::Tensor& flat, const PowerSgdPlan& plan) {
   return flat.view({-1, plan.chunk});
 }
 
+// Writes the elements of the group's products P Q^T [size, rows, cols] that lie in `range`
+// of the bucket into `kept` [range.numel]: the matrices wholly inside (consecutive, being
+// evenly spaced) in one batched product, those the range cuts only for their rows in it.
+void decode_range(const torch::Tensor& p, const torch::Tensor& q, const PowerSgdGroup& group,
+                  Range range, const torch::Tensor& kept) {
+  const int64_t numel = group.rows * group.cols;
+  const auto start = [&](int64_t i) { return group.offset + i * group.stride; };
+  int64_t first = 0;
+  while (first < group.size() && start(first) < range.offset) ++first;
+  int64_t last = first;
+  while (last < group.size() && start(last) + numel <= range.end()) ++last;
+  if (last > first) {
+    const int64_t count = last - first;
+    torch::Tensor m = kept.narrow(0, start(first) - range.offset,
+                                  (count - 1) * group.stride + numel)
+                          .as_strided({count, group.rows, group.cols},
+                                      {group.stride, group.cols, 1});
+    torch::bmm_out(m, p.narrow(0, first, count), q.narrow(0, first, count).transpose(1, 2));
+  }
+  for (int64_t i = 0; i < group.size(); ++i) {
+    const int64_t lo = std::max(start(i), range.offset);
+    const int64_t hi = std::min(start(i) + numel, range.end());
+    if ((i >= first && i < last) || lo >= hi) continue;
+    const int64_t row = (lo - start(i)) / group.cols;
+    const int64_t rows = (hi - start(i) + group.cols - 1) / group.cols - row;
+    const torch::Tensor product = p[i].narrow(0, row, rows).mm(q[i].t()).view({-1});
+    kept.narrow(0, lo - range.offset, hi - lo)
+        .copy_(product.narrow(0, lo - start(i) - row * group.cols, hi - lo));
+  }
+}
+
 }  // namespace
 
 PowerSgdCodec::PowerSgdCodec(const CompressionOptions& options, std::shared_ptr<Communicator> comm,
-                             const std::vector<torch::Tensor>& params)
-    : Codec(options.error_feedback ? std::vector<std::string>{"residual"}
+                             Share share, const std::vector<torch::Tensor>& params)
+    : Codec(std::move(comm), share,
+            options.error_feedback ? std::vector<std::string>{"residual"}
                                    : std::vector<std::string>{},
             numels_of(params)),
-      comm_(std::move(comm)),
       rank_(options.rank),
       error_feedback_(options.error_feedback) {
   for (const torch::Tensor& param : params) shapes_.push_back(param.sizes().vec());
@@ -58,7 +91,7 @@ PowerSgdCodec::Entry& PowerSgdCodec::entry_for(const Bucket& bucket) {
   Entry& entry = entries_[index];
   if (entry.first.defined() && entry.plan.layout == bucket.layout) return entry;
   // First use, or the reducer re-planned: the buffers are made again, the Qs taken from q_.
-  entry.plan = plan_powersgd(bucket.layout, shapes_, rank_, bucket.flat.device());
+  entry.plan = plan_powersgd(bucket.layout, shapes_, rank_, bucket.flat.device(), kept(bucket));
   const PowerSgdPlan& plan = entry.plan;
   const torch::TensorOptions options = bucket.flat.options();
   entry.first = torch::empty({plan.exact_numel + plan.p_numel}, options);
@@ -127,15 +160,15 @@ std::unique_ptr<Work> PowerSgdCodec::second_round(Bucket& bucket) {
   return comm_->all_reduce(entry.second, ReduceOp::kAverage);
 }
 
-void PowerSgdCodec::finish(Bucket& bucket) {
+void PowerSgdCodec::finish(Bucket& bucket, torch::Tensor kept) {
   Entry& entry = entries_.at(bucket.index);
   const PowerSgdPlan& plan = entry.plan;
-  const torch::Tensor chunks = chunks_of(bucket.flat, plan);
-  chunks.index_copy_(0, plan.exact_chunks,
-                     chunks_of(entry.first.narrow(0, 0, plan.exact_numel), plan));
+  const int64_t exact = plan.kept_exact_chunks.numel() * plan.chunk;
+  chunks_of(kept, plan).index_copy_(
+      0, plan.kept_exact_chunks,
+      chunks_of(entry.first.narrow(0, plan.kept_exact_first * plan.chunk, exact), plan));
   for (const PowerSgdGroup& group : plan.groups) {
-    torch::Tensor m = m_of(bucket.flat, group);
-    torch::bmm_out(m, p_of(entry.first, group), q_of(entry.second, group).transpose(1, 2));
+    decode_range(p_of(entry.first, group), q_of(entry.second, group), group, plan.kept, kept);
   }
   // entry.second keeps the averaged Qs: the next step's warm start.
 }
@@ -152,7 +185,7 @@ int64_t PowerSgdCodec::state_bytes() const {
   for (const Entry& entry : entries_) {
     if (!entry.first.defined()) continue;
     total += entry.first.nbytes() + entry.padded.nbytes() + entry.plan.exact_chunks.nbytes() +
-             entry.plan.padded_index.nbytes();
+             entry.plan.kept_exact_chunks.nbytes() + entry.plan.padded_index.nbytes();
   }
   return total;
 }

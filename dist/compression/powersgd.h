@@ -4,12 +4,17 @@
 //      rank); all-reduce P, together with the bucket's uncompressed tensors;
 //   2. P = orthonormal columns of the average P (Gram-Schmidt); Q = M^T P; all-reduce Q.
 // The average over ranks of the decoded P_i Q_i^T is P Q^T with the averaged Q (both rounds
-// average). Matrices that rank r would not shrink ((n + m) r >= n m) and tensors of one
-// dimension (biases, norms) are averaged exactly. With error feedback M includes the residual
+// average); a rank that keeps a shard of the bucket (ZeRO-2) rebuilds only the rows of P Q^T
+// that reach into it, and copies only its exact tensors' elements (still all-reduced with P:
+// a reduce-scatter of their own would be a third collective per bucket, to save at most half
+// of their bytes, 7% of ResNet-50's at rank 4; docs/ARCHITECTURE.md). Matrices that rank r
+// would not shrink ((n + m) r >= n m) and tensors of one dimension (biases, norms) are
+// averaged exactly. With error feedback M includes the residual
 // and the residual becomes M - P Q_i^T, this rank's own decoded message. Round 1 starts from
-// the reducer's hook, overlapping backward; round 2 when a poll from the hooks finds round 1
-// done (MPI), or else in the bucket's wait() after backward (NCCL: the compute stream must
-// not wait for round 1 in the middle of backward).
+// the reducer's hook, overlapping backward; round 2 in the bucket's wait(), at the same point
+// of every rank's sequence of collectives (dist/compression/chained_work.h): after backward
+// under DDP (NCCL: the compute stream must not wait for round 1 in the middle of backward),
+// when bucket b + 2 launches under ZeRO-2's two shared buffers.
 // A bucket's matrices are grouped by shape and even spacing (dist/compression/powersgd_plan.h),
 // so that each product is one batched matrix product per group on a strided view of the
 // bucket, and the orthogonalisation one batched Gram-Schmidt per bucket (no QR, which on a
@@ -27,11 +32,11 @@ namespace dtrain::dist::compression {
 class PowerSgdCodec : public Codec {
  public:
   PowerSgdCodec(const CompressionOptions& options, std::shared_ptr<Communicator> comm,
-                const std::vector<torch::Tensor>& params);
+                Share share, const std::vector<torch::Tensor>& params);
   std::string kind() const override { return "powersgd"; }
   Collective collective() const override { return Collective::kAllReduce; }
   std::unique_ptr<Work> launch(Bucket& bucket, int64_t step) override;
-  void finish(Bucket& bucket) override;
+  void finish(Bucket& bucket, torch::Tensor kept) override;
   int64_t payload_bytes(const Bucket& bucket) const override;
 
   CodecState state() const override;
@@ -52,7 +57,6 @@ class PowerSgdCodec : public Codec {
   void load_q(Entry& entry);
   std::unique_ptr<Work> second_round(Bucket& bucket);
 
-  std::shared_ptr<Communicator> comm_;
   int64_t rank_;
   bool error_feedback_;
   std::vector<std::vector<int64_t>> shapes_;  // by parameter

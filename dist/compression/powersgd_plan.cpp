@@ -1,5 +1,7 @@
 #include "dist/compression/powersgd_plan.h"
 
+#include "common/error.h"
+
 #include <algorithm>
 #include <numeric>
 
@@ -11,26 +13,40 @@ struct Span {
   int64_t offset, numel;
 };
 
-// The chunk rows of `spans`, in order, as an int64 index on `device`.
-torch::Tensor chunk_index(const std::vector<Span>& spans, int64_t chunk, torch::Device device) {
+// The chunk rows of `spans`, in order.
+std::vector<int64_t> chunk_rows(const std::vector<Span>& spans, int64_t chunk) {
   std::vector<int64_t> rows;
   for (const Span& span : spans) {
     for (int64_t row = span.offset / chunk; row < (span.offset + span.numel) / chunk; ++row) {
       rows.push_back(row);
     }
   }
-  return torch::tensor(rows, torch::kInt64).to(device);
+  return rows;
+}
+
+// Of the exact `rows` (ascending), those in `kept`: where they start among them, and their
+// rows in the kept part.
+void keep_exact_rows(PowerSgdPlan& plan, const std::vector<int64_t>& rows, torch::Device device) {
+  const int64_t first_row = plan.kept.offset / plan.chunk;
+  const int64_t end_row = plan.kept.end() / plan.chunk;
+  const auto begin = std::lower_bound(rows.begin(), rows.end(), first_row);
+  const auto end = std::lower_bound(begin, rows.end(), end_row);
+  plan.kept_exact_first = begin - rows.begin();
+  std::vector<int64_t> kept;
+  for (auto row = begin; row != end; ++row) kept.push_back(*row - first_row);
+  plan.kept_exact_chunks = torch::tensor(kept, torch::kInt64).to(device);
 }
 
 }  // namespace
 
 PowerSgdPlan plan_powersgd(const BucketLayout& layout,
                            const std::vector<std::vector<int64_t>>& shapes, int64_t rank,
-                           torch::Device device) {
+                           torch::Device device, Range kept) {
   PowerSgdPlan plan;
   plan.layout = layout;
+  plan.kept = kept;
   std::vector<Span> exact;
-  int64_t chunk = layout.numel;
+  int64_t chunk = std::gcd(layout.numel, std::gcd(kept.offset, kept.numel));
   for (size_t i = 0; i < layout.params.size(); ++i) {
     const int64_t param = layout.params[i];
     const int64_t offset = layout.offsets[i];
@@ -61,7 +77,11 @@ PowerSgdPlan plan_powersgd(const BucketLayout& layout,
     group->params.push_back(param);
   }
   plan.chunk = std::max<int64_t>(chunk, 1);  // 0 for an empty bucket
-  plan.exact_chunks = chunk_index(exact, plan.chunk, device);
+  const std::vector<int64_t> rows = chunk_rows(exact, plan.chunk);
+  DTRAIN_CHECK(std::is_sorted(rows.begin(), rows.end()),
+               "powersgd: a bucket's parameters are not in ascending offsets");
+  plan.exact_chunks = torch::tensor(rows, torch::kInt64).to(device);
+  keep_exact_rows(plan, rows, device);
 
   for (PowerSgdGroup& group : plan.groups) {
     group.first = plan.num_matrices;

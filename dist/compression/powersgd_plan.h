@@ -2,9 +2,11 @@
 // group's products are batched operations on a strided view of the bucket (no copy), where
 // each group's factors sit in the two all-reduce payloads, and the indices that move the
 // tensors sent as they are into and out of the first payload, and the Ps into and out of
-// one padded batch, in one operation each way.
+// one padded batch, in one operation each way; and which of the exact tensors' chunks fall in
+// the part of the bucket this rank keeps (dist/compression/share.h).
 #pragma once
 
+#include "dist/compression/share.h"
 #include "dist/reducer.h"
 
 #include <torch/torch.h>
@@ -31,12 +33,18 @@ struct PowerSgdGroup {
 struct PowerSgdPlan {
   BucketLayout layout;
   std::vector<PowerSgdGroup> groups;
-  // The bucket seen as [numel / chunk, chunk], chunk the gcd of every offset and size, so
-  // that each parameter is whole chunks: the rows holding the tensors averaged as they are
-  // (biases, norms, matrices rank r would not shrink), in bucket order. Int64 on the
-  // bucket's device.
+  // The bucket seen as [numel / chunk, chunk], chunk the gcd of every offset and size (and
+  // of the kept range's), so that each parameter is whole chunks: the rows holding the
+  // tensors averaged as they are (biases, norms, matrices rank r would not shrink), in
+  // bucket order. Int64 on the bucket's device.
   int64_t chunk = 1;
   torch::Tensor exact_chunks;
+  // The part of the bucket this rank keeps; of the exact rows, those in it are
+  // [kept_exact_first, + kept_exact_chunks.numel()) of exact_chunks, and kept_exact_chunks
+  // their rows in the kept part seen as [kept.numel / chunk, chunk]. Int64 on the device.
+  Range kept;
+  int64_t kept_exact_first = 0;
+  torch::Tensor kept_exact_chunks;
   int64_t exact_numel = 0;  // elements averaged as they are, at the head of the first payload
   int64_t p_numel = 0;      // every P: the rest of the first payload
   int64_t q_numel = 0;      // every Q: the second payload
@@ -47,12 +55,13 @@ struct PowerSgdPlan {
   torch::Tensor padded_index;
 };
 
-// The plan of a bucket laid out as `layout`, whose parameters have `shapes` (by parameter
-// index), compressing at rank `rank`; its indices on `device`. A matrix [n, m] (a parameter
-// viewed as [size(0), rest]) is compressed when rank r = min(rank, n, m) shrinks it:
-// (n + m) r < n m; tensors of one dimension never are.
+// The plan of a bucket laid out as `layout` (offsets ascending, as packed_layout's), whose
+// parameters have `shapes` (by parameter index), compressing at rank `rank`, this rank
+// keeping `kept` of it; its indices on `device`. A matrix [n, m] (a parameter viewed as
+// [size(0), rest]) is compressed when rank r = min(rank, n, m) shrinks it: (n + m) r < n m;
+// tensors of one dimension never are.
 PowerSgdPlan plan_powersgd(const BucketLayout& layout,
                            const std::vector<std::vector<int64_t>>& shapes, int64_t rank,
-                           torch::Device device);
+                           torch::Device device, Range kept);
 
 }  // namespace dtrain::dist::compression

@@ -30,8 +30,8 @@ int64_t topk_count(int64_t numel, double ratio, int64_t step, int64_t warmup_ste
 }
 
 TopkCodec::TopkCodec(const CompressionOptions& options, std::shared_ptr<Communicator> comm,
-                     std::vector<int64_t> numels)
-    : GatheredCodec(std::move(comm), topk_slots(options), std::move(numels)),
+                     Share share, std::vector<int64_t> numels)
+    : GatheredCodec(std::move(comm), share, topk_slots(options), std::move(numels)),
       ratio_(options.ratio),
       momentum_(options.error_feedback ? options.momentum : 0.0),
       warmup_steps_(options.sparsity_warmup_steps) {}
@@ -61,17 +61,22 @@ torch::Tensor TopkCodec::encode(const torch::Tensor& input, int64_t step) const 
   return torch::cat({to_bytes(values), to_bytes(indices.to(torch::kInt32))});
 }
 
-torch::Tensor TopkCodec::decode_sum(const torch::Tensor& messages, int64_t numel,
+torch::Tensor TopkCodec::decode_sum(const torch::Tensor& messages, int64_t numel, Range range,
                                     const torch::Tensor& like) const {
+  (void)numel;  // the indices say where each value goes
   const int64_t value_bytes = like.element_size();
   const int64_t k = messages.size(1) / (value_bytes + 4);
   const torch::Tensor values =
       from_bytes(messages.narrow(1, 0, k * value_bytes), like.scalar_type());
-  const torch::Tensor indices =
+  torch::Tensor indices =
       from_bytes(messages.narrow(1, k * value_bytes, k * 4), torch::kInt32).to(torch::kInt64);
-  torch::Tensor sum = torch::zeros({numel}, like.options());
-  sum.index_add_(0, indices.reshape({-1}), values.reshape({-1}));
-  return sum;
+  // Into the range's place; an index outside it goes to one slot past its end, dropped (no
+  // host sync, as a selection of the values in range would need).
+  indices = indices.reshape({-1}).sub_(range.offset);
+  indices.masked_fill_(indices.lt(0).logical_or_(indices.ge(range.numel)), range.numel);
+  torch::Tensor sum = torch::zeros({range.numel + 1}, like.options());
+  sum.index_add_(0, indices, values.reshape({-1}));
+  return sum.narrow(0, 0, range.numel);
 }
 
 }  // namespace dtrain::dist::compression

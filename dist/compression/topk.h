@@ -14,14 +14,14 @@ int64_t topk_count(int64_t numel, double ratio, int64_t step, int64_t warmup_ste
 
 class TopkCodec : public GatheredCodec {
  public:
-  TopkCodec(const CompressionOptions& options, std::shared_ptr<Communicator> comm,
+  TopkCodec(const CompressionOptions& options, std::shared_ptr<Communicator> comm, Share share,
             std::vector<int64_t> numels);
   std::string kind() const override { return "topk"; }
   std::unique_ptr<Work> launch(Bucket& bucket, int64_t step) override;
 
   // Message: k values (the input's dtype), then k int32 indices.
   torch::Tensor encode(const torch::Tensor& input, int64_t step) const override;
-  torch::Tensor decode_sum(const torch::Tensor& messages, int64_t numel,
+  torch::Tensor decode_sum(const torch::Tensor& messages, int64_t numel, Range range,
                            const torch::Tensor& like) const override;
 
  private:

@@ -1,7 +1,6 @@
 #include "dist/ddp/ddp.h"
 
 #include "common/error.h"
-#include "dist/comm/gather.h"
 #include "dist/compression/codec_file.h"
 #include "dist/optimizer_state.h"
 
@@ -75,11 +74,9 @@ void DdpStrategy::step(double lr) {
 }
 
 void DdpStrategy::prepare_checkpoint() {
-  if (!codec_hook_) return;
-  std::vector<std::string> all = all_gather_bytes(
-      *comm_, compression::serialize_codec_state(codec_hook_->codec(), comm_->size()));
-  gathered_codec_states_.clear();
-  if (comm_->rank() == 0) gathered_codec_states_ = std::move(all);  // only rank 0 writes
+  if (codec_hook_) {
+    gathered_codec_states_ = compression::gather_codec_states(codec_hook_->codec(), *comm_);
+  }
 }
 
 void DdpStrategy::save(const std::string& dir) const {

@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "dist/buckets.h"
+#include "dist/compression/codec_file.h"
 #include "dist/optimizer_state.h"
 #include "dist/ps/whole_state.h"
 #include "dist/zero/bucket_shards.h"
@@ -22,8 +23,11 @@ constexpr int64_t kGradientBuffers = 2;
 
 }  // namespace
 
-Zero2Strategy::Zero2Strategy(ZeroOptions options, std::shared_ptr<Communicator> comm)
-    : ReplicatedStrategy(std::move(comm)), options_(std::move(options)) {}
+Zero2Strategy::Zero2Strategy(ZeroOptions options, std::shared_ptr<Communicator> comm,
+                             CompressionOptions compression)
+    : ReplicatedStrategy(std::move(comm)),
+      options_(std::move(options)),
+      compression_(std::move(compression)) {}
 
 Zero2Strategy::~Zero2Strategy() = default;
 
@@ -49,8 +53,15 @@ void Zero2Strategy::attach(torch::nn::Module& model, const OptimizerFactory& mak
   reducer.owner = "zero";
   reducer.find_unused = true;  // a parameter without gradient counts as a zero gradient
   reducer.shared_buffers = kGradientBuffers;
-  reducer_ = std::make_unique<GradientReducer>(params_, names_, comm_,
-                                               static_cast<CommHook&>(*this), reducer,
+  CommHook* hook = this;
+  if (compression_.enabled()) {
+    codec_hook_ = std::make_unique<compression::CodecHook>(
+        *hook, compression::make_codec(compression_, comm_, params_, compression::Share::kShard),
+        comm_, compression_.warmup_steps,
+        [this](const Bucket& bucket) { return shard_grads(bucket); });
+    hook = codec_hook_.get();
+  }
+  reducer_ = std::make_unique<GradientReducer>(params_, names_, comm_, *hook, reducer,
                                                plan_.layout);
   if (comm_->rank() == 0) {
     const int64_t element_size = static_cast<int64_t>(params_.front().element_size());
@@ -63,11 +74,19 @@ void Zero2Strategy::attach(torch::nn::Module& model, const OptimizerFactory& mak
   }
 }
 
-std::unique_ptr<Work> Zero2Strategy::launch(Bucket& bucket) {
+torch::Tensor Zero2Strategy::shard_grads(const Bucket& bucket) const {
   DTRAIN_CHECK(bucket.layout == plan_.layout.at(bucket.index),
                "zero: bucket {} is not the plan's", bucket.index);
-  const int64_t chunk = plan_.first_chunk[bucket.index] + comm_->rank();
-  return comm_->reduce_scatter(bucket.flat, shard_->chunk_grads(chunk), ReduceOp::kAverage);
+  return shard_->chunk_grads(plan_.first_chunk[bucket.index] + comm_->rank());
+}
+
+std::unique_ptr<Work> Zero2Strategy::launch(Bucket& bucket) {
+  return comm_->reduce_scatter(bucket.flat, shard_grads(bucket), ReduceOp::kAverage);
+}
+
+void Zero2Strategy::before_forward(int64_t step) {
+  if (codec_hook_) codec_hook_->begin_step(step);
+  ReplicatedStrategy::before_forward(step);
 }
 
 void Zero2Strategy::after_backward(bool last_micro_step) {
@@ -78,6 +97,7 @@ void Zero2Strategy::after_backward(bool last_micro_step) {
 void Zero2Strategy::step(double lr) {
   shard_->step(lr);
   reducer_->after_step();
+  if (codec_hook_) codec_hook_->end_step(reducer_->buckets());
   torch::NoGradGuard no_grad;
   std::vector<std::unique_ptr<Work>> works;
   for (size_t b = 0; b < param_flat_.size(); ++b) {
@@ -100,12 +120,16 @@ void Zero2Strategy::load_model_state(const NamedTensors& state) {
 
 void Zero2Strategy::prepare_checkpoint() {
   gathered_ = gather_states_on_rank0(*comm_, shard_->state());  // only rank 0 writes
+  if (codec_hook_) {
+    gathered_codec_states_ = compression::gather_codec_states(codec_hook_->codec(), *comm_);
+  }
 }
 
 void Zero2Strategy::save(const std::string& dir) const {
   DTRAIN_CHECK(static_cast<int>(gathered_.size()) == comm_->size(),
                "zero: save() without prepare_checkpoint() on every rank");
   save_optimizer(*whole_optimizer(plan_, params_, make_optimizer_, gathered_), dir);
+  if (codec_hook_) compression::write_codec_states(dir, gathered_codec_states_);
 }
 
 void Zero2Strategy::load(const std::string& dir) {
@@ -115,6 +139,18 @@ void Zero2Strategy::load(const std::string& dir) {
                        *whole);
   shard_->load_state(server_state(plan_, comm_->rank(), params_, whole.get()));
   shard_->set_params(params_);
+  if (codec_hook_) {
+    compression::load_codec_state(dir, codec_hook_->codec(), static_cast<int64_t>(params_.size()),
+                                  comm_->rank(), comm_->size(), comm_->device());
+  }
+}
+
+Stats Zero2Strategy::stats() const {
+  Stats stats = ReplicatedStrategy::stats();
+  if (codec_hook_) {
+    for (Stat& stat : codec_hook_->stats()) stats.push_back(std::move(stat));
+  }
+  return stats;
 }
 
 ReplicatedStrategy::MemoryBytes Zero2Strategy::memory() const {

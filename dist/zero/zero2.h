@@ -12,6 +12,14 @@
 //      which live as views in per-bucket flat buffers of the same layout.
 // The traffic is that of DDP's all-reduce; the reduce-scatters overlap backward.
 //
+// Under `dist.compression`, a codec hook (dist/compression/codec_hook.h) wraps step 1: each
+// bucket is encoded over the whole bucket (error feedback per rank, as under DDP), exchanged
+// (fp16/bf16 reduce-scattered; PowerSGD's factors and top-k's and sign messages as under
+// DDP) and decoded only over this rank's shard, straight into its gradients
+// (dist/compression/share.h). The codec's state goes into checkpoints, a file per rank. An
+// error-feedback residual is a full-size bucket per rank: it gives back the gradient memory
+// stage 2 saves (memory/codec_state_mb).
+//
 // Memory held by a rank for the whole run (the `memory/*` stats): the whole parameters
 // (padded buckets) and a copy of its shard of them, which the optimizer updates; its shard of
 // the averaged gradients; two shared bucket buffers (dist.zero.bucket_mb each); the optimizer
@@ -31,6 +39,7 @@
 #pragma once
 
 #include "dist/comm/communicator.h"
+#include "dist/compression/codec_hook.h"
 #include "dist/options.h"
 #include "dist/ps/plan.h"
 #include "dist/ps/shard.h"
@@ -45,11 +54,13 @@ namespace dtrain::dist {
 
 class Zero2Strategy : public ReplicatedStrategy, private CommHook {
  public:
-  Zero2Strategy(ZeroOptions options, std::shared_ptr<Communicator> comm);
+  Zero2Strategy(ZeroOptions options, std::shared_ptr<Communicator> comm,
+                CompressionOptions compression = {});
   ~Zero2Strategy() override;
 
   std::string name() const override { return "zero"; }
   void attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) override;
+  void before_forward(int64_t step) override;
   void after_backward(bool last_micro_step) override;
   // This rank's pieces of the parameters: their gradients are its shard of the averaged ones.
   std::vector<torch::Tensor> gradient_owners() override { return shard_->pieces(); }
@@ -58,6 +69,7 @@ class Zero2Strategy : public ReplicatedStrategy, private CommHook {
   void prepare_checkpoint() override;
   void save(const std::string& dir) const override;
   void load(const std::string& dir) override;
+  Stats stats() const override;
 
   const PsPlan& plan() const { return plan_; }
 
@@ -69,7 +81,13 @@ class Zero2Strategy : public ReplicatedStrategy, private CommHook {
   std::unique_ptr<Work> launch(Bucket& bucket) override;
   Collective collective() const override { return Collective::kReduceScatter; }
 
+  // This rank's shard of bucket b's averaged gradients.
+  torch::Tensor shard_grads(const Bucket& bucket) const;
+
   ZeroOptions options_;
+  CompressionOptions compression_;
+  std::unique_ptr<compression::CodecHook> codec_hook_;  // none without compression
+  std::vector<std::string> gathered_codec_states_;     // on rank 0, by rank, for save()
   PsPlan plan_;
   std::unique_ptr<PsShard> shard_;
   std::vector<torch::Tensor> param_flat_;  // per bucket: the model's parameters, as views

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# DDP with compressed gradients over 2 ranks: 6 steps, checkpoint, resume, 6 more steps gives
-# bitwise the weights of 12 straight steps (top-k residuals with DGC momentum, PowerSGD's
-# residuals and warm-start Q, all in codec_rank{R}.pt); the same checkpoint resumed on 1 rank
-# says that the residuals restart from zero, and trains on.
+# DDP and ZeRO stage 2 with compressed gradients over 2 ranks: 6 steps, checkpoint, resume, 6
+# more steps gives bitwise the weights of 12 straight steps (top-k residuals with DGC momentum,
+# PowerSGD's residuals and warm-start Q, all in codec_rank{R}.pt); under DDP the same
+# checkpoint resumed on 1 rank says that the residuals restart from zero, and trains on, and
+# resumed under ZeRO-2 on 2 ranks takes the residuals (kept by parameter) as they are.
 #   usage: ... TRAINER SOURCE_DIR
 set -euo pipefail
 trainer=$1 source=$2
@@ -24,9 +25,14 @@ resume_from_step_6() {  # FROM TO
 }
 # DGC's momentum correction replaces the optimizer's momentum.
 dgc="--set dist.compression.momentum=0.5 --set optim.momentum=0 --set optim.nesterov=false"
-for codec in "kind=topk $dgc" "kind=powersgd --set dist.compression.rank=2"; do
+zero2="--set dist.strategy=zero --set dist.zero.stage=2 --set dist.zero.bucket_mb=0.02"
+for codec in "kind=topk $dgc" "kind=powersgd --set dist.compression.rank=2" \
+             "kind=topk $dgc $zero2" "kind=powersgd --set dist.compression.rank=2 $zero2"; do
   name=${codec%% *}
   name=${name#kind=}
+  strategy=ddp
+  [[ $codec == *"$zero2"* ]] && strategy=zero2
+  name=$strategy-$name
   # shellcheck disable=SC2086  # the codec's settings are several words
   set -- --set dist.compression.$codec --set dist.compression.warmup_steps=2
   run 2 "$tmp/$name-straight" "$@"
@@ -36,6 +42,7 @@ for codec in "kind=topk $dgc" "kind=powersgd --set dist.compression.rank=2"; do
   cmp "$tmp/$name-straight/r/checkpoints/step_00000012/model.pt" \
       "$tmp/$name-resumed/r/checkpoints/step_00000012/model.pt"
   echo "ok: resumed $name run matches the straight run bitwise"
+  [[ $strategy == ddp ]] || continue
   resume_from_step_6 "$tmp/$name-straight" "$tmp/$name-one-rank"
   run 1 "$tmp/$name-one-rank" "$@" --resume
   grep -q "codec state of 2 ranks, resumed on 1: the error-feedback residuals restart from zero" \
@@ -43,3 +50,13 @@ for codec in "kind=topk $dgc" "kind=powersgd --set dist.compression.rank=2"; do
   test -f "$tmp/$name-one-rank/r/checkpoints/step_00000012/DONE"
   echo "ok: $name resumed on 1 rank restarts its residuals and trains on"
 done
+resume_from_step_6 "$tmp/ddp-topk-straight" "$tmp/ddp-to-zero2"
+# shellcheck disable=SC2086
+run 2 "$tmp/ddp-to-zero2" --set dist.compression.kind=topk $dgc $zero2 \
+  --set dist.compression.warmup_steps=2 --resume
+if grep -q "starts fresh\|restart from zero" "$tmp/ddp-to-zero2.log"; then
+  cat "$tmp/ddp-to-zero2.log"
+  exit 1
+fi
+test -f "$tmp/ddp-to-zero2/r/checkpoints/step_00000012/codec_rank1.pt"
+echo "ok: a ddp top-k checkpoint resumes under ZeRO-2 with its codec state"

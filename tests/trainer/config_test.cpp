@@ -184,12 +184,23 @@ TEST_CASE("dist.compression: kinds, ranges and strategies are checked", "[config
                       "--set dist.compression.rank: 0 is outside [1, 1024]",
                       "--set dist.compression.chunk: 12 is not a multiple of 8 (the signs are "
                       "packed 8 to a byte); use 16"});
-  for (const std::string strategy : {"ps", "zero"}) {
-    CHECK(problems_of("", {"dist.strategy=" + strategy, "dist.compression.kind=fp16"}) ==
+  // Under ZeRO only stage 2 compresses (a reduce-scatter of the codec's messages).
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"dist.strategy=ps"}, "\"ps\""},
+      {{"dist.strategy=zero"}, "\"zero\" stage 1"},
+      {{"dist.strategy=zero", "dist.zero.stage=3"}, "\"zero\" stage 3"}};
+  for (const auto& [sets, under] : refused) {
+    std::vector<std::string> with_codec = sets;
+    with_codec.push_back("dist.compression.kind=fp16");
+    CHECK(problems_of("", with_codec) ==
           std::vector<std::string>{"--set dist.compression.kind: \"fp16\": dist.compression is "
-                                   "available with dist.strategy = \"ddp\" only in this "
-                                   "version; use kind = \"none\" under \"" + strategy + "\""});
+                                   "available with dist.strategy = \"ddp\" and with \"zero\" "
+                                   "at dist.zero.stage = 2 in this version; use one of those, "
+                                   "or kind = \"none\" under " + under});
   }
+  CHECK(problems_of("", {"dist.strategy=zero", "dist.zero.stage=2",
+                         "dist.compression.kind=topk"})
+            .empty());
   CHECK(problems_of("", {"dist.strategy=ddp", "dist.compression.kind=onebit",
                          "train.precision=fp16"})
             .size() == 1);

@@ -19,7 +19,8 @@ using equivalence::world;
 namespace {
 
 torch::Tensor decode_own(const GatheredCodec& codec, const torch::Tensor& input) {
-  return codec.decode_sum(codec.encode(input, 0).unsqueeze(0), input.numel(), input);
+  return codec.decode_sum(codec.encode(input, 0).unsqueeze(0), input.numel(),
+                          {0, input.numel()}, input);
 }
 
 torch::TensorOptions f64() { return torch::TensorOptions(torch::kFloat64).device(device()); }
@@ -30,7 +31,7 @@ TEST_CASE("topk sends the k largest magnitudes and decodes them in place", "[cod
   CompressionOptions options;
   options.kind = "topk";
   options.ratio = 0.3;
-  TopkCodec codec(options, world(), {10});
+  TopkCodec codec(options, world(), Share::kWhole, {10});
   const torch::Tensor input =
       torch::tensor({0.1, -5.0, 0.2, 3.0, -0.3, 0.0, 4.0, -0.05, 0.6, -0.7}, f64());
   // k = ceil(0.3 x 10) = 3: -5, 4, 3.
@@ -53,7 +54,7 @@ TEST_CASE("onebit decodes to the chunk's mean magnitude times the sign", "[codec
   CompressionOptions options;
   options.kind = "onebit";
   options.chunk = 8;
-  OnebitCodec codec(options, world(), {11});
+  OnebitCodec codec(options, world(), Share::kWhole, {11});
   // Two chunks: 8 elements, then 3 (padded to 8 in the message).
   const torch::Tensor input =
       torch::tensor({1.0, -2.0, 3.0, -4.0, 5.0, -6.0, 7.0, -8.0, 0.5, -1.0, 0.0}, f64());
@@ -68,7 +69,7 @@ TEST_CASE("onebit packs signs of long buckets exactly", "[codec]") {
   CompressionOptions options;
   options.kind = "onebit";
   options.chunk = 64;
-  OnebitCodec codec(options, world(), {1000});
+  OnebitCodec codec(options, world(), Share::kWhole, {1000});
   torch::manual_seed(3);
   const torch::Tensor input = torch::randn({1000}, f64());
   const torch::Tensor decoded = decode_own(codec, input);

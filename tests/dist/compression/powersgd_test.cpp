@@ -87,7 +87,7 @@ struct Batched {
   std::vector<Bucket> buckets;
 
   explicit Batched(const std::vector<std::vector<int64_t>>& groups)
-      : codec(options(), world(), params()) {
+      : codec(options(), world(), Share::kWhole, params()) {
     replan(groups);
   }
 
@@ -132,7 +132,7 @@ struct Batched {
     std::vector<torch::Tensor> result(grads.size());
     for (size_t b = 0; b < buckets.size(); ++b) {
       works[b]->wait();
-      codec.finish(buckets[b]);
+      codec.finish(buckets[b], buckets[b].flat);
       const BucketLayout& layout = buckets[b].layout;
       for (size_t i = 0; i < layout.params.size(); ++i) {
         const torch::Tensor& grad = grads[layout.params[i]];
