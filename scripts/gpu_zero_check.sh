@@ -4,8 +4,9 @@
 # 128 per GPU) on every GPU under ddp and each stage beside PyTorch DDP, with each rank's
 # model-state bytes and peak device memory, and a short fp16 run under ddp and stage 3 (loss
 # scaling over gradient shards; stages 1 and 2 passed it before).
-# RESUME_ONLY=1: after the tests, only --resume through the trainer: each stage checkpointed at
-# step 10 on every GPU, resumed to step 20 on every GPU, on 2, and under ddp.
+# RESUME_ONLY=1: after the build, only --resume through the trainer: each stage checkpointed at
+# step 10 on every GPU, resumed to step 20 (RESUME_TO, default "GPUS:zero 2:zero GPUS:ddp":
+# ranks:strategy, GPUS for every GPU).
 #   usage: scripts/gpu_zero_check.sh OUT_DIR   (after scripts/prepare_gpu_deps.sh brought .deps)
 #   env: STEPS (bf16 steps, default 60), STRATEGIES (default "ddp zero:stage1 zero:stage2
 #        zero:stage3"), FP16_STRATEGIES (default "ddp zero:stage3")
@@ -19,12 +20,6 @@ gpus=$(nvidia-smi -L | wc -l)
 export NCCL_NVLS_ENABLE=0
 
 gpu_build dist_tests trainer
-# A stuck collective ends a test at its communicator's 60 s timeout, and a run below at
-# dist.timeout_s, so that the rest of the check still fits in one call.
-echo "== ZeRO and strategy tests over NCCL"
-(cd build-gpu && ctest --output-on-failure -R '^dist\.(zero|zero2|zero3|strategy)_nccl' -j 1) \
-  >"$out/ctest.log" 2>&1
-grep -E "Test +#|tests passed|FAILED|Failed" "$out/ctest.log" | tail -14
 
 resume_check() {
   echo "== --resume: each stage checkpointed at step 10 on $gpus GPUs, resumed to 20 three ways"
@@ -37,7 +32,8 @@ resume_check() {
       build-gpu/trainer "${base[@]}" --set dist.strategy=zero --set dist.zero.stage=$stage \
       --set run.name="s$stage" --set train.max_steps=10 >"$out/resume_s$stage.log" 2>&1 ||
       { echo "FAILED: stage $stage to step 10"; tail -5 "$out/resume_s$stage.log"; continue; }
-    for to in "$gpus:zero" "2:zero" "$gpus:ddp"; do
+    for to in ${RESUME_TO:-GPUS:zero 2:zero GPUS:ddp}; do
+      to=${to//GPUS/$gpus}
       ranks=${to%%:*} strategy=${to##*:}
       local name="s${stage}_to_${ranks}_$strategy"
       cp -r "$out/resume/s$stage" "$out/resume/$name"
@@ -46,12 +42,19 @@ resume_check() {
         --set dist.zero.stage=$stage --set run.name="$name" --set train.max_steps=20 \
         --resume "$out/resume/$name" >"$out/resume_$name.log" 2>&1 ||
         echo "FAILED: $name"
-      echo "$name: $(grep -hE "resumed from" "$out/resume_$name.log" | tail -1 | sed 's/.*at step/at step/') |" \
-        "$(grep -hE "step +(10|20)/20" "$out/resume_$name.log" | tr '\n' ' ')"
+      local log="$out/resume_$name.log"
+      echo "$name: $(grep -hE "resumed from" "$log" | tail -1 | sed 's/.*at step/at step/') |" \
+        "$(grep -hE "step +(15|20)/20" "$log" | tr '\n' ' ')"
     done
   done
 }
 if [ "${RESUME_ONLY:-0}" = 1 ]; then resume_check; exit 0; fi
+# A stuck collective ends a test at its communicator's 60 s timeout, and a run below at
+# dist.timeout_s, so that the rest of the check still fits in one call.
+echo "== ZeRO and strategy tests over NCCL"
+(cd build-gpu && ctest --output-on-failure -R '^dist\.(zero|zero2|zero3|strategy)_nccl' -j 1) \
+  >"$out/ctest.log" 2>&1
+grep -E "Test +#|tests passed|FAILED|Failed" "$out/ctest.log" | tail -14
 
 steps=${STEPS:-60}
 strategies=${STRATEGIES:-"ddp zero:stage1 zero:stage2 zero:stage3"}
