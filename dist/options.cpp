@@ -35,10 +35,10 @@ void ZeroOptions::declare(OptionSpecs& keys) {
            "units are whole at once")
       .range(0, 1024);
   keys.add("gather_dtype", &gather_dtype,
-           "stage 3: compute, each unit gathered in the dtype its forward computes in (under "
-           "train.precision bf16 or fp16: half the bytes) and widened into the parameters; "
-           "param, in the parameters' dtype (fp32)")
-      .one_of({"compute", "param"});
+           "stage 3: param, each unit gathered in the parameters' dtype (fp32); compute, in "
+           "the dtype its forward computes in (under train.precision bf16 or fp16: half the "
+           "bytes, for slow links) and widened into the parameters")
+      .one_of({"param", "compute"});
 }
 
 FieldErrors ZeroOptions::validate() const { return check_declared(*this); }

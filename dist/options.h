@@ -46,10 +46,12 @@ struct ZeroOptions {
   // is gathered only when it is about to run. 2: ResNet-50 bf16 on 4 x H200 ran at 0.929x
   // DDP's throughput, against 0.851x with 1 (docs/PERFORMANCE.md).
   int64_t prefetch = 2;
-  // Stage 3: "compute" gathers each unit in the dtype its forward computes in (under autocast,
-  // bf16 or fp16: half the bytes of fp32) and widens it into the parameters; "param" gathers
-  // the parameters' own dtype. The optimizer's shards stay in the parameters' dtype either way.
-  std::string gather_dtype = "compute";
+  // Stage 3: "param" gathers the parameters' own dtype; "compute" gathers each unit in the
+  // dtype its forward computes in (under autocast, bf16 or fp16: half the bytes of fp32) and
+  // widens it into the parameters, which pays where the link is slow: over NVLink on 4 x H200
+  // it ran at 0.903x DDP against param's 0.942x (docs/PERFORMANCE.md). The optimizer's shards
+  // stay in the parameters' dtype either way.
+  std::string gather_dtype = "param";
 
   void declare(OptionSpecs& keys);
   FieldErrors validate() const;

@@ -4,15 +4,11 @@ namespace dtrain::dist::compression {
 
 namespace {
 
-// Row v: the signs (+1 for a set bit, -1 for a clear one) that byte value v packs, element
-// 8i + b from bit b. Made on the device (no copy from the host in the step).
-torch::Tensor sign_table(const torch::TensorOptions& options) {
-  const auto integers = torch::TensorOptions(torch::kInt64).device(options.device());
-  const torch::Tensor bits = torch::bitwise_and(
-      torch::bitwise_right_shift(torch::arange(256, integers).unsqueeze(1),
-                                 torch::arange(8, integers)),
-      1);
-  return bits.mul(2).sub_(1).to(options);
+// Bit b of a packed byte holds element 8i + b: weights 2^b, made on the device (no copy from
+// the host in the step).
+torch::Tensor bit_weights(const torch::Device& device) {
+  return torch::exp2(torch::arange(8, torch::TensorOptions(torch::kFloat32).device(device)))
+      .to(torch::kUInt8);
 }
 
 int64_t chunks_of(int64_t numel, int64_t chunk) { return (numel + chunk - 1) / chunk; }
@@ -61,14 +57,11 @@ torch::Tensor OnebitCodec::decode_sum(const torch::Tensor& messages, int64_t num
                                    .narrow(1, first, count);  // [ranks, count]
   const torch::Tensor packed =
       messages.narrow(1, scale_bytes + first * chunk_ / 8, count * chunk_ / 8);
-  // Each byte looked up as its eight signs: [ranks, count, chunk].
-  const torch::Tensor signs =
-      sign_table(like.options())
-          .index_select(0, packed.reshape({-1}).to(torch::kInt32))
-          .view({ranks, count, chunk_});
-  // Per chunk, the ranks' signs weighted by their scales and summed: one batched product
-  // [count, 1, ranks] x [count, ranks, chunk].
-  const torch::Tensor sum = torch::matmul(scales.t().unsqueeze(1), signs.transpose(0, 1));
+  const torch::Tensor bits = packed.unsqueeze(2).bitwise_and(bit_weights(like.device())).ne(0);
+  // Each element its chunk's scale, signed by its bit, in one pass; summed over the ranks.
+  const torch::Tensor scale = scales.unsqueeze(2);  // [ranks, count, 1]
+  const torch::Tensor sum =
+      torch::where(bits.view({ranks, count, chunk_}), scale, scale.neg()).sum(0);
   return sum.view({-1}).narrow(0, range.offset - first * chunk_, range.numel);
 }
 

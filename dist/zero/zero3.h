@@ -32,9 +32,9 @@
 // without a gradient in a step count as zero gradients.
 //
 // Runs on CPU ranks (MPI) and on GPUs (NCCL), where no hook blocks the host
-// (dist/zero/unit_shards.h). Under autocast (dist.zero.gather_dtype = "compute", the default)
-// each unit is gathered in the dtype its forward computes in and widened into the parameters:
-// half an fp32 gather's bytes; the parameters' shards, the optimizer's, stay in their dtype.
+// (dist/zero/unit_shards.h). With dist.zero.gather_dtype = "compute", under autocast each unit
+// is gathered in the dtype its forward computes in and widened into the parameters: half an
+// fp32 gather's bytes; the parameters' shards, the optimizer's, stay in their dtype.
 #pragma once
 
 #include "common/units.h"

@@ -83,12 +83,13 @@ TEST_CASE("onebit packs element 8i + b into bit b of byte i, -0.0 as positive", 
   torch::Tensor input = torch::randn({64 * 8}, f64());
   input[3] = -0.0;
   input[9] = 0.0;
-  const torch::Tensor packed = dtrain::dist::compression::pack_signs(input);
+  const torch::Tensor packed = dtrain::dist::compression::pack_signs(input).cpu();
   REQUIRE(packed.numel() == 64);
+  const torch::Tensor values = input.cpu();
   const auto* bytes = packed.data_ptr<uint8_t>();
-  for (int64_t e = 0; e < input.numel(); ++e) {
+  for (int64_t e = 0; e < values.numel(); ++e) {
     const bool bit = (bytes[e / 8] >> (e % 8)) & 1;
-    CHECK(bit == (input[e].item<double>() >= 0.0));
+    CHECK(bit == (values[e].item<double>() >= 0.0));
   }
 }
 
