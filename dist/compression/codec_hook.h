@@ -48,6 +48,7 @@ class CodecHook : public CommHook {
   Stats stats() const;
 
   Codec& codec() { return *codec_; }
+  const Codec& codec() const { return *codec_; }
   // This step's buckets go through the codec (warm-up is over).
   bool compressing() const { return step_ >= warmup_steps_; }
 

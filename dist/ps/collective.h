@@ -95,6 +95,11 @@ class PsCollectiveStrategy : public ReplicatedStrategy, private CommHook {
   // Steps between the version the last forward read and the step it computed (GPUs with
   // ssp_reads = "newest": the most it may be; stats() has what the device chose).
   int64_t last_staleness() const { return last_staleness_; }
+  // The codec (none without dist.compression): its residuals are what this worker has yet to
+  // push of its gradients.
+  const compression::Codec* codec() const {
+    return codec_hook_ ? &codec_hook_->codec() : nullptr;
+  }
 
  private:
   struct Slot {
