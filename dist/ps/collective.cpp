@@ -142,10 +142,22 @@ void PsCollectiveStrategy::attach(torch::nn::Module& model, const OptimizerFacto
   reducer.owner = "ps";
   reducer.find_unused = true;  // a parameter without gradient pushes zeros
   CommHook* hook = this;
-  if (compression_.enabled()) {  // every worker decodes the average into the clock's slot
+  if (compression_.enabled()) {  // the average decoded into the clock's slot
+    // The casts keep the push's shape: each chunk of the cast message reduced onto its server.
+    const compression::Roots servers = [this](const Bucket& bucket) {
+      const size_t b = plan_bucket(bucket);
+      std::vector<compression::Root> roots;
+      for (int64_t c = plan_.first_chunk[b]; c < plan_.first_chunk[b + 1]; ++c) {
+        const PsChunk& chunk = plan_.chunks[c];
+        roots.push_back({{chunk.offset, chunk.numel}, chunk.server});
+      }
+      return roots;
+    };
     codec_hook_ = std::make_unique<compression::CodecHook>(
-        *hook, compression::make_codec(compression_, comm_, params_), comm_,
-        compression_.warmup_steps,
+        *hook,
+        compression::make_codec(compression_, comm_, params_, compression::Share::kWhole,
+                                servers),
+        comm_, compression_.warmup_steps,
         [this](const Bucket& bucket) { return writable_grad_slot(plan_bucket(bucket)); });
     hook = codec_hook_.get();
   }

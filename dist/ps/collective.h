@@ -40,12 +40,13 @@
 // it. No prediction where the slot before does not hold v - 1 (the first read after a load).
 // bsp (k = 0) waits for both, on either: about ZeRO-1's cost.
 //
-// Compressed pushes (dist.compression): a worker's bucket goes through the codec as under DDP
-// (dist/compression/codec.h: casts and PowerSGD's factors all-reduced, top-k and sign
-// messages all-gathered), every worker decodes the average of the workers' messages into the
-// clock's gradient slot when backward ends, and each server applies its chunks of it when the
-// clock is due: the staleness pipeline keeps its slots and its bound, but a clock's exchange
-// completes within its own step (the codecs' collectives are not spread over the next one).
+// Compressed pushes (dist.compression): a worker's bucket goes through the codec. The casts
+// keep the push's shape (each chunk of the cast message reduced onto its server, which decodes
+// its chunks); PowerSGD's factors are all-reduced and top-k and sign messages all-gathered as
+// under DDP (dist/compression/codec.h), and every worker decodes the average. The decode
+// fills the clock's gradient slot when backward ends, and each server applies its chunks of
+// it when the clock is due: the staleness pipeline keeps its slots and its bound, but a
+// clock's exchange completes within its own step (not behind the next one).
 // Error feedback is per worker over what it pushed, as under DDP; codec state is checkpointed
 // per worker (codec_rank{R}.pt).
 //
