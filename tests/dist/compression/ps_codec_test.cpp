@@ -21,6 +21,7 @@
 
 using namespace dtrain::dist;
 using namespace equivalence;
+using ps_harness::ps_options;
 
 namespace {
 
