@@ -246,9 +246,9 @@ std::unique_ptr<Work> PsCollectiveStrategy::launch(Bucket& bucket) {
 }
 
 void PsCollectiveStrategy::after_backward(bool last_micro_step) {
-  // The reducer's record would hold the issue moments; the reduces are recorded where their
-  // clock is applied.
-  // A codec's exchange completes here (its decode fills the clock's slot): it is this step's.
+  // The reducer's record would hold the issue moments; the plain reduces are recorded where
+  // their clock is applied. A codec's exchange completes here (its decode fills the clock's
+  // slot): it is recorded as this step's.
   StepComm issued(comm_->rank(), comm_->size());
   const bool compressing = codec_hook_ && codec_hook_->compressing();
   reducer_->after_backward(last_micro_step, compressing ? current_ : issued);

@@ -200,7 +200,7 @@ TEST_CASE("dist.compression: kinds, ranges and strategies are checked", "[config
   CHECK(problems_of("", {"dist.strategy=ps", "dist.ps.transport=collectives",
                          "dist.compression.kind=onebit"})
             .empty());
-  for (const std::string& messages :
+  for (const char* messages :
        {"dist.ps.transport=messages", "dist.ps.consistency=async", "dist.ps.placement=dedicated"}) {
     CHECK(problems_of("", {"dist.strategy=ps", messages, "dist.compression.kind=topk"}) ==
           std::vector<std::string>{
