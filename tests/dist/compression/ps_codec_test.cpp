@@ -105,7 +105,8 @@ double max_abs(const torch::Tensor& tensor) { return tensor.abs().max().item<dou
 TEST_CASE("ps over collectives applies the average of the workers' decoded messages",
           "[codec]") {
   const std::string kind = GENERATE("fp16", "bf16", "topk", "powersgd", "onebit");
-  INFO("codec " << kind);
+  const int64_t micro = GENERATE(1, 2);  // gradient accumulation: one push per step
+  INFO("codec " << kind << ", " << micro << " micro-step(s)");
   CompressionOptions compression = codec_options(kind);
   compression.warmup_steps = 1;
   const auto optimizer = plain_sgd();
@@ -119,7 +120,7 @@ TEST_CASE("ps over collectives applies the average of the workers' decoded messa
     const std::vector<torch::Tensor> before = clones(params);
     const std::vector<torch::Tensor> grads = own_gradient(run.net, data, step);
     const std::vector<torch::Tensor> residual_before = residuals_by_param(*run.strategy, params);
-    train(run.net, *run.strategy, data, step, step + 1, optimizer.lr);
+    train(run.net, *run.strategy, data, step, step + 1, optimizer.lr, micro);
     run.strategy->before_forward(step + 1);
     const std::vector<torch::Tensor> residual_after = residuals_by_param(*run.strategy, params);
     for (size_t p = 0; p < params.size(); ++p) {
