@@ -3,9 +3,10 @@
 //     sent_r = g_r + e_r(before) - e_r(after) (this worker's gradient, computed here on a copy
 //     of the model, plus its residual before, minus its residual after): the decoded average
 //     is the average of the workers' decoded messages and error feedback holds per worker over
-//     the whole model (plain SGD, so the update is -lr x that average: 1e-12 x its scale). The
-//     casts keep no residual and round each partial sum: within eps x the sum of the workers'
-//     largest magnitudes. Step 0 is a warm-up step: the plain average of the gradients;
+//     the whole model, with and without gradient accumulation (plain SGD, so the update is
+//     -lr x that average: 1e-12 x its scale). The casts keep no residual and round each
+//     partial sum: within eps x the sum of the workers' largest magnitudes. Step 0 is a
+//     warm-up step: the plain average of the gradients;
 //   - SSP(k) with a codec (exact and newest reads) keeps its bound while a worker is slowed,
 //     and trains: every worker ends with the same parameters, moved and finite;
 //   - codec state resumes exactly on the same ranks.
