@@ -35,7 +35,10 @@ std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
   }
   if (options.strategy == StrategyKind::kPs) {
     if (options.ps.use_collectives(world->device().is_cuda())) {
-      return std::make_unique<PsCollectiveStrategy>(options.ps, world);
+      return std::make_unique<PsCollectiveStrategy>(options.ps, world, options.compression);
+    }
+    if (options.compression.enabled()) {
+      throw UserError("dist.compression.kind: " + compressed_messages_error(options.compression.kind));
     }
     if (options.ps.consistency == "ssp" && options.ps.predict_weights) {
       throw UserError(

@@ -85,6 +85,14 @@ bool PsOptions::use_collectives(bool on_gpus) const {
   return transport == "collectives" || (transport == "auto" && on_gpus && serve);
 }
 
+std::string compressed_messages_error(const std::string& kind) {
+  return fmt::format("\"{}\": compressed pushes under dist.strategy = \"ps\" need the collective "
+                     "transport (placement \"colocated\", consistency \"bsp\" or \"ssp\", "
+                     "dist.ps.transport = \"collectives\"); the messages transport sends "
+                     "uncompressed gradients in this version: use kind = \"none\" with it",
+                     kind);
+}
+
 FieldErrors PsOptions::validate() const { return check_declared(*this); }
 
 void CompressionOptions::declare(OptionSpecs& keys) {
@@ -104,7 +112,8 @@ void CompressionOptions::declare(OptionSpecs& keys) {
            "topk: steps over which the sent fraction falls from 25% to `ratio`")
       .range(0, 1000000000);
   keys.add("warmup_steps", &warmup_steps,
-           "steps of uncompressed all-reduce (ZeRO-2: reduce-scatter) before the codec starts")
+           "steps of uncompressed all-reduce (ZeRO-2: reduce-scatter; ps: reduces onto the "
+           "servers) before the codec starts")
       .range(0, 1000000000);
 }
 
@@ -141,14 +150,18 @@ FieldErrors DistOptions::validate(const DistContext& context) const {
     errors.push_back({"compression." + error.key, error.problem});
   }
   const bool zero_other_stage = strategy == StrategyKind::kZero && zero.stage != 2;
-  if (compression.enabled() && (strategy == StrategyKind::kPs || zero_other_stage)) {
-    const std::string under =
-        zero_other_stage ? fmt::format("\"zero\" stage {}", zero.stage) : "\"ps\"";
+  if (compression.enabled() && zero_other_stage) {
     errors.push_back({"compression.kind",
                       fmt::format("\"{}\": dist.compression is available with dist.strategy = "
-                                  "\"ddp\" and with \"zero\" at dist.zero.stage = 2 in this "
-                                  "version; use one of those, or kind = \"none\" under {}",
-                                  compression.kind, under)});
+                                  "\"ddp\", \"ps\" and \"zero\" at dist.zero.stage = 2 in this "
+                                  "version; use one of those, or kind = \"none\" under \"zero\" "
+                                  "stage {}",
+                                  compression.kind, zero.stage)});
+  }
+  const bool ps_messages = ps.transport == "messages" || ps.placement != "colocated" ||
+                           ps.consistency == "async" || ps.hierarchical;
+  if (compression.enabled() && strategy == StrategyKind::kPs && ps_messages) {
+    errors.push_back({"compression.kind", compressed_messages_error(compression.kind)});
   }
   if (compression.has_residuals() && (context.fp16_loss_scaling || context.skip_nonfinite)) {
     // A residual keeps what a step did not send: a loss-scaled or non-finite gradient in it

@@ -100,8 +100,12 @@ struct PsOptions {
   bool use_collectives(bool on_gpus) const;
 };
 
-// [dist.compression]: gradient codecs (dist/compression/codec.h), under "ddp" and under "zero"
-// at stage 2 in this version.
+// The one-line refusal of a codec (`kind`) where the parameter server takes the messages
+// transport, which pushes uncompressed gradients.
+std::string compressed_messages_error(const std::string& kind);
+
+// [dist.compression]: gradient codecs (dist/compression/codec.h), under "ddp", under "zero"
+// at stage 2 and under "ps" over the collective transport in this version.
 struct CompressionOptions {
   // "none"; "fp16" or "bf16": a cast, scaled so the sum cannot overflow; "topk": the largest
   // `ratio` of each bucket's elements; "powersgd": rank-`rank` factors (Vogels et al. 2019);

@@ -6,7 +6,9 @@
 # decode ms and their share of the uncompressed step, and the ms each codec adds to the step
 # in all (docs/PERFORMANCE.md's "Gradient compression" table); then the same under ZeRO
 # stage 2, where each rank decodes only its shard (codecs_zero2_LINK.md beside
-# codecs_LINK.md). On NCCL, PowerSGD's second round (orthogonalisation, Q = M^T P) runs in the
+# codecs_LINK.md); then under the parameter server over collectives (STRATEGIES="ps" or
+# "ps_ssp": colocated bsp, or ssp(2) with newest reads; each worker pushes compressed
+# messages and the servers apply the decoded average: codecs_ps_LINK.md). On NCCL, PowerSGD's second round (orthogonalisation, Q = M^T P) runs in the
 # bucket's wait(): after backward under DDP, when bucket b + 2 launches under ZeRO-2; it is in
 # the added and exposed ms, not in encode ms.
 # LINKS="nvlink slow" repeats the runs with NCCL kept off NVLink, shared memory and
@@ -16,7 +18,7 @@
 # bound on the link: it counts every byte as exposed, where overlap hides some).
 #   usage: scripts/gpu_codec_check.sh OUT_DIR  (after scripts/prepare_gpu_deps.sh brought .deps)
 #   STEPS (default 40), CODECS (default "none fp16 bf16 topk powersgd onebit"), LINKS
-#   (default "nvlink") and STRATEGIES (default "ddp zero2") override.
+#   (default "nvlink") and STRATEGIES (default "ddp zero2 ps ps_ssp") override.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$1
@@ -27,9 +29,9 @@ gpus=$(nvidia-smi -L | wc -l)
 ranks=$((gpus < 4 ? gpus : 4))
 
 gpu_build dist_tests trainer bench_powersgd
-echo "== codec tests over NCCL, 2 ranks (ZeRO-2's codecs on 2 and 4)"
+echo "== codec tests over NCCL, 2 ranks (ZeRO-2's and the parameter server's codecs on 2 and 4)"
 (cd build-gpu && ctest --output-on-failure \
-  -R '^dist\.((codec|reducer_codec|ddp_codec|powersgd)_nccl\.np2|zero2_codec_nccl\.np)' \
+  -R '^dist\.((codec|reducer_codec|ddp_codec|powersgd)_nccl\.np2|(zero2|ps)_codec_nccl\.np)' \
   -j 1) >"$out/ctest.log" 2>&1
 grep -E "Test +#|tests passed|FAILED|Failed" "$out/ctest.log" | tail -10
 
@@ -39,12 +41,18 @@ mpirun -np 1 --bind-to none -x LD_LIBRARY_PATH build-gpu/bench_powersgd cuda 20 
 
 steps=${STEPS:-40}
 codecs=${CODECS:-"none fp16 bf16 topk powersgd onebit"}
-for strategy in ${STRATEGIES:-ddp zero2}; do
+for strategy in ${STRATEGIES:-ddp zero2 ps ps_ssp}; do
 for link in ${LINKS:-nvlink}; do
   runs="$out/$link" settings=(--set dist.strategy=ddp) table="$out/codecs_$link.md"
   if [ "$strategy" = zero2 ]; then
     runs="$out/zero2_$link" table="$out/codecs_zero2_$link.md"
     settings=(--set dist.strategy=zero --set dist.zero.stage=2)
+  fi
+  if [ "$strategy" = ps ] || [ "$strategy" = ps_ssp ]; then
+    runs="$out/${strategy}_$link" table="$out/codecs_${strategy}_$link.md"
+    settings=(--set dist.strategy=ps --set dist.ps.transport=collectives)
+    [ "$strategy" = ps_ssp ] &&
+      settings+=(--set dist.ps.consistency=ssp --set dist.ps.staleness=2)
   fi
   rm -rf "$runs"  # the trainer never writes into another run's directory
   mkdir -p "$runs"

@@ -12,15 +12,17 @@ namespace dtrain::dist::compression {
 
 std::unique_ptr<Codec> make_codec(const CompressionOptions& options,
                                   std::shared_ptr<Communicator> comm,
-                                  const std::vector<torch::Tensor>& params, Share share) {
+                                  const std::vector<torch::Tensor>& params, Share share,
+                                  Roots roots) {
   std::vector<int64_t> numels;
   for (const torch::Tensor& param : params) numels.push_back(param.numel());
   if (options.kind == "fp16") {
-    return std::make_unique<CastCodec>(torch::kHalf, std::move(comm), share, std::move(numels));
+    return std::make_unique<CastCodec>(torch::kHalf, std::move(comm), share, std::move(numels),
+                                       std::move(roots));
   }
   if (options.kind == "bf16") {
     return std::make_unique<CastCodec>(torch::kBFloat16, std::move(comm), share,
-                                       std::move(numels));
+                                       std::move(numels), std::move(roots));
   }
   if (options.kind == "topk") {
     return std::make_unique<TopkCodec>(options, std::move(comm), share, std::move(numels));

@@ -27,6 +27,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,12 +82,21 @@ class Codec {
   BucketState state_;
 };
 
+// Under the parameter server: the ranges of a bucket (its chunks), each with the rank that
+// serves it.
+struct Root {
+  Range range;
+  int rank = 0;
+};
+using Roots = std::function<std::vector<Root>(const Bucket& bucket)>;
+
 // The codec `options` name, exchanging over `comm`, each rank keeping `share` of every
 // bucket; `params`: the model's trainable parameters in the reducer's order (their shapes
-// decide what PowerSGD compresses).
+// decide what PowerSGD compresses). With `roots`, the casts reduce each range onto its root
+// instead of all-reducing (dist/compression/cast.h); the other codecs ignore them.
 std::unique_ptr<Codec> make_codec(const CompressionOptions& options,
                                   std::shared_ptr<Communicator> comm,
                                   const std::vector<torch::Tensor>& params,
-                                  Share share = Share::kWhole);
+                                  Share share = Share::kWhole, Roots roots = nullptr);
 
 }  // namespace dtrain::dist::compression

@@ -48,9 +48,11 @@ class CodecHook : public CommHook {
   Stats stats() const;
 
   Codec& codec() { return *codec_; }
+  const Codec& codec() const { return *codec_; }
+  // This step's buckets go through the codec (warm-up is over).
+  bool compressing() const { return step_ >= warmup_steps_; }
 
  private:
-  bool compressing() const { return step_ >= warmup_steps_; }
   struct Record {
     double raw_bytes = 0.0;   // what the wrapped hook would send, per rank
     double wire_bytes = 0.0;  // what was sent, per rank

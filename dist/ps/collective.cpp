@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "dist/compression/codec_file.h"
 #include "dist/optimizer_state.h"
 #include "dist/ps/whole_state.h"
 
@@ -86,8 +87,11 @@ int64_t staleness_of(const PsOptions& options) {
 
 }  // namespace
 
-PsCollectiveStrategy::PsCollectiveStrategy(PsOptions options, std::shared_ptr<Communicator> world)
-    : ReplicatedStrategy(std::move(world)), options_(std::move(options)) {
+PsCollectiveStrategy::PsCollectiveStrategy(PsOptions options, std::shared_ptr<Communicator> world,
+                                           CompressionOptions compression)
+    : ReplicatedStrategy(std::move(world)),
+      options_(std::move(options)),
+      compression_(std::move(compression)) {
   if (options_.placement != "colocated" || options_.consistency == "async") {
     throw UserError(fmt::format(
         "dist.ps.transport = \"collectives\" serves colocated bsp and ssp only (a collective "
@@ -106,6 +110,8 @@ PsCollectiveStrategy::PsCollectiveStrategy(PsOptions options, std::shared_ptr<Co
     push_delay_ = std::min<int64_t>(staleness_of(options_), 1);
   }
 }
+
+PsCollectiveStrategy::~PsCollectiveStrategy() = default;
 
 void PsCollectiveStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) {
   hold(model);
@@ -135,8 +141,27 @@ void PsCollectiveStrategy::attach(torch::nn::Module& model, const OptimizerFacto
   ReducerOptions reducer;
   reducer.owner = "ps";
   reducer.find_unused = true;  // a parameter without gradient pushes zeros
-  reducer_ = std::make_unique<GradientReducer>(params_, names_, comm_,
-                                               static_cast<CommHook&>(*this), reducer,
+  CommHook* hook = this;
+  if (compression_.enabled()) {  // the average decoded into the clock's slot
+    // The casts keep the push's shape: each chunk of the cast message reduced onto its server.
+    const compression::Roots servers = [this](const Bucket& bucket) {
+      const size_t b = plan_bucket(bucket);
+      std::vector<compression::Root> roots;
+      for (int64_t c = plan_.first_chunk[b]; c < plan_.first_chunk[b + 1]; ++c) {
+        const PsChunk& chunk = plan_.chunks[c];
+        roots.push_back({{chunk.offset, chunk.numel}, chunk.server});
+      }
+      return roots;
+    };
+    codec_hook_ = std::make_unique<compression::CodecHook>(
+        *hook,
+        compression::make_codec(compression_, comm_, params_, compression::Share::kWhole,
+                                servers),
+        comm_, compression_.warmup_steps,
+        [this](const Bucket& bucket) { return writable_grad_slot(plan_bucket(bucket)); });
+    hook = codec_hook_.get();
+  }
+  reducer_ = std::make_unique<GradientReducer>(params_, names_, comm_, *hook, reducer,
                                                plan_.layout);
   const auto slots = [&](int64_t count) {
     std::vector<Slot> made(static_cast<size_t>(count));
@@ -183,19 +208,28 @@ void PsCollectiveStrategy::attach(torch::nn::Module& model, const OptimizerFacto
   buffer_sync_ = std::make_unique<BufferSync>(buffers_, comm_, BufferPolicy::kAverage);
 }
 
-std::unique_ptr<Work> PsCollectiveStrategy::launch(Bucket& bucket) {
+size_t PsCollectiveStrategy::plan_bucket(const Bucket& bucket) const {
   const auto b = static_cast<size_t>(
       std::find_if(plan_.layout.begin(), plan_.layout.end(),
                    [&](const BucketLayout& layout) { return layout == bucket.layout; }) -
       plan_.layout.begin());
   DTRAIN_CHECK(b < plan_.layout.size(), "ps: a bucket the plan does not know");
+  return b;
+}
+
+torch::Tensor PsCollectiveStrategy::writable_grad_slot(size_t b) {
   const size_t s = static_cast<size_t>(clock_) % grad_slots_.size();
-  Slot& slot = grad_slots_[s];
-  const torch::Tensor& flat = slot.flat[b];
+  if (server_stream_ && grad_slots_.size() > 1) {
+    grad_slot_read_[s].block(compute_stream(comm_->device()));
+  }
+  return grad_slots_[s].flat[b];
+}
+
+std::unique_ptr<Work> PsCollectiveStrategy::launch(Bucket& bucket) {
+  const size_t b = plan_bucket(bucket);
+  Slot& slot = grad_slots_[static_cast<size_t>(clock_) % grad_slots_.size()];
+  const torch::Tensor flat = writable_grad_slot(b);
   if (!flat.is_same(bucket.flat)) {
-    if (server_stream_) {  // the server stream has taken the slot's last clock
-      grad_slot_read_[s].block(compute_stream(comm_->device()));
-    }
     torch::NoGradGuard no_grad;
     flat.copy_(bucket.flat);
   }
@@ -212,15 +246,17 @@ std::unique_ptr<Work> PsCollectiveStrategy::launch(Bucket& bucket) {
 }
 
 void PsCollectiveStrategy::after_backward(bool last_micro_step) {
-  // The reducer's record would hold the issue moments; the reduces are recorded where their
-  // clock is applied.
+  // The reducer's record would hold the issue moments; the plain reduces are recorded where
+  // their clock is applied. A codec's exchange completes here (its decode fills the clock's
+  // slot): it is recorded as this step's.
   StepComm issued(comm_->rank(), comm_->size());
-  reducer_->after_backward(last_micro_step, issued);
+  const bool compressing = codec_hook_ && codec_hook_->compressing();
+  reducer_->after_backward(last_micro_step, compressing ? current_ : issued);
   if (last_micro_step) current_.set_backward_end(comm_->now());
 }
 
 void PsCollectiveStrategy::before_forward(int64_t step) {
-  (void)step;
+  if (codec_hook_) codec_hook_->begin_step(step);
   const int64_t required = std::max(read_, clock_ - staleness_of(options_));
   if (newest_) {
     read_newest(required);
@@ -232,8 +268,11 @@ void PsCollectiveStrategy::before_forward(int64_t step) {
 }
 
 void PsCollectiveStrategy::step(double lr) {
-  grad_slots_[static_cast<size_t>(clock_) % grad_slots_.size()].lr = lr;
+  Slot& grads = grad_slots_[static_cast<size_t>(clock_) % grad_slots_.size()];
+  grads.lr = lr;
+  grads.averaged = codec_hook_ && codec_hook_->compressing();
   reducer_->after_step();
+  if (codec_hook_) codec_hook_->end_step(reducer_->buckets());
   const int64_t due = clock_ - push_delay_;
   ++clock_;
   if (due >= applied_) apply(due);
@@ -265,7 +304,7 @@ void PsCollectiveStrategy::apply(int64_t clock) {
     shard_->chunk_grads(c).copy_(grads.flat[chunk.bucket].narrow(0, chunk.offset, chunk.numel));
   }
   if (server_stream_) grad_slot_read_[s].record(*server_stream_);
-  shard_->grads().div_(static_cast<double>(comm_->size()));
+  if (!grads.averaged) shard_->grads().div_(static_cast<double>(comm_->size()));
   shard_->step(grads.lr);
   ++applied_;
 
@@ -418,6 +457,9 @@ void PsCollectiveStrategy::load_model_state(const NamedTensors& state) {
 void PsCollectiveStrategy::prepare_checkpoint() {
   sync_point();
   gathered_ = gather_states_on_rank0(*comm_, shard_->state());  // only rank 0 writes
+  if (codec_hook_) {
+    gathered_codec_states_ = compression::gather_codec_states(codec_hook_->codec(), *comm_);
+  }
 }
 
 void PsCollectiveStrategy::save(const std::string& dir) const {
@@ -427,6 +469,7 @@ void PsCollectiveStrategy::save(const std::string& dir) const {
   std::ofstream plan(dir + "/ps_plan.txt");
   plan << plan_.describe(names_, static_cast<int64_t>(params_.front().element_size()));
   if (!plan) throw UserError(fmt::format("{}/ps_plan.txt: cannot write", dir));
+  if (codec_hook_) compression::write_codec_states(dir, gathered_codec_states_);
 }
 
 void PsCollectiveStrategy::load(const std::string& dir) {
@@ -436,6 +479,10 @@ void PsCollectiveStrategy::load(const std::string& dir) {
                        *whole);
   shard_->load_state(server_state(plan_, comm_->rank(), params_, whole.get()));
   shard_->set_params(params_);
+  if (codec_hook_) {
+    compression::load_codec_state(dir, codec_hook_->codec(), static_cast<int64_t>(params_.size()),
+                                  comm_->rank(), comm_->size(), comm_->device());
+  }
 }
 
 Stats PsCollectiveStrategy::stats() const {
@@ -452,6 +499,9 @@ Stats PsCollectiveStrategy::stats() const {
   }
   if (!last_.empty()) {
     for (Stat& stat : last_.stats()) stats.push_back(std::move(stat));
+  }
+  if (codec_hook_) {
+    for (Stat& stat : codec_hook_->stats()) stats.push_back(std::move(stat));
   }
   return stats;
 }

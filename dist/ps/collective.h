@@ -40,10 +40,21 @@
 // it. No prediction where the slot before does not hold v - 1 (the first read after a load).
 // bsp (k = 0) waits for both, on either: about ZeRO-1's cost.
 //
+// Compressed pushes (dist.compression): a worker's bucket goes through the codec. The casts
+// keep the push's shape (each chunk of the cast message reduced onto its server, which decodes
+// its chunks); PowerSGD's factors are all-reduced and top-k and sign messages all-gathered as
+// under DDP (dist/compression/codec.h), and every worker decodes the average. The decode
+// fills the clock's gradient slot when backward ends, and each server applies its chunks of
+// it when the clock is due: the staleness pipeline keeps its slots and its bound, but a
+// clock's exchange completes within its own step (not behind the next one).
+// Error feedback is per worker over what it pushed, as under DDP; codec state is checkpointed
+// per worker (codec_rank{R}.pt).
+//
 // Otherwise a collective starts after the work issued before it on the stream that issues it,
 // and a wait makes that stream wait, not the host (dist/comm/communicator.h).
 #pragma once
 
+#include "dist/compression/codec_hook.h"
 #include "dist/options.h"
 #include "dist/ps/plan.h"
 #include "dist/ps/shard.h"
@@ -61,7 +72,9 @@ namespace dtrain::dist {
 
 class PsCollectiveStrategy : public ReplicatedStrategy, private CommHook {
  public:
-  PsCollectiveStrategy(PsOptions options, std::shared_ptr<Communicator> world);
+  PsCollectiveStrategy(PsOptions options, std::shared_ptr<Communicator> world,
+                       CompressionOptions compression = {});
+  ~PsCollectiveStrategy() override;
 
   std::string name() const override { return "ps"; }
   void attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) override;
@@ -83,17 +96,28 @@ class PsCollectiveStrategy : public ReplicatedStrategy, private CommHook {
   // Steps between the version the last forward read and the step it computed (GPUs with
   // ssp_reads = "newest": the most it may be; stats() has what the device chose).
   int64_t last_staleness() const { return last_staleness_; }
+  // The codec (none without dist.compression): its residuals are what this worker has yet to
+  // push of its gradients.
+  const compression::Codec* codec() const {
+    return codec_hook_ ? &codec_hook_->codec() : nullptr;
+  }
 
  private:
   struct Slot {
     std::vector<torch::Tensor> flat;            // per bucket
     std::vector<std::unique_ptr<Work>> works;   // its collectives in flight
     double lr = 0.0;                            // gradient slots: the clock's lr
+    bool averaged = false;  // gradient slots: a codec decoded the average (else: the sum)
   };
 
   // CommHook: a complete bucket's chunks are reduced onto their servers.
   std::unique_ptr<Work> launch(Bucket& bucket) override;
   Collective collective() const override { return Collective::kReduce; }
+  // Bucket `bucket`'s index in the plan.
+  size_t plan_bucket(const Bucket& bucket) const;
+  // The current clock's gradient slot of bucket `b`, free to be written (on GPUs: the
+  // compute stream waits until the servers have taken the slot's last clock).
+  torch::Tensor writable_grad_slot(size_t b);
 
   // The servers apply clock `clock`'s pushes and broadcast version clock + 1.
   void apply(int64_t clock);
@@ -114,6 +138,9 @@ class PsCollectiveStrategy : public ReplicatedStrategy, private CommHook {
   void sync_point();
 
   PsOptions options_;
+  CompressionOptions compression_;
+  std::unique_ptr<compression::CodecHook> codec_hook_;  // with a codec: the reducer's hook
+  std::vector<std::string> gathered_codec_states_;     // rank 0, between prepare and save
   int64_t push_delay_ = 0;  // steps between a clock's pushes and their application
   std::optional<c10::Stream> server_stream_;  // GPUs: the servers' work
   std::vector<c10::Event> grad_slot_read_;  // GPUs, per gradient slot: its clock applied

@@ -3,7 +3,9 @@
 # more steps gives bitwise the weights of 12 straight steps (top-k residuals with DGC momentum,
 # PowerSGD's residuals and warm-start Q, all in codec_rank{R}.pt); under DDP the same
 # checkpoint resumed on 1 rank says that the residuals restart from zero, and trains on, and
-# resumed under ZeRO-2 on 2 ranks takes the residuals (kept by parameter) as they are.
+# resumed under ZeRO-2 on 2 ranks takes the residuals (kept by parameter) as they are. The
+# parameter server (configs/fashion_mnist_ps.toml, collectives, SSP(1) with exact reads) with
+# one-bit pushes resumes bitwise too; over the messages transport a codec is one config error.
 #   usage: ... TRAINER SOURCE_DIR
 set -euo pipefail
 trainer=$1 source=$2
@@ -13,7 +15,7 @@ run() {  # RANKS OUT_DIR [ARGS...]
   local ranks=$1 out=$2
   shift 2
   "$source/scripts/mpirun.sh" -np "$ranks" --oversubscribe "$trainer" \
-    --config "$source/configs/fashion_mnist_compressed.toml" --set run.out_dir="$out" \
+    --config "$source/configs/${config:-fashion_mnist_compressed}.toml" --set run.out_dir="$out" \
     --set run.name=r --set train.max_steps=12 --set train.checkpoint_every=6 \
     --set train.keep_checkpoints=5 --set data.batch_size=16 --set model.width=8 \
     --set schedule.warmup_epochs=0.002 --set run.log_every=6 "$@" >"$out.log" 2>&1 \
@@ -60,3 +62,27 @@ if grep -q "starts fresh\|restart from zero" "$tmp/ddp-to-zero2.log"; then
 fi
 test -f "$tmp/ddp-to-zero2/r/checkpoints/step_00000012/codec_rank1.pt"
 echo "ok: a ddp top-k checkpoint resumes under ZeRO-2 with its codec state"
+
+config=fashion_mnist_ps
+ps="--set dist.ps.transport=collectives --set dist.ps.consistency=ssp --set dist.ps.staleness=1
+    --set dist.ps.ssp_reads=exact --set dist.compression.kind=onebit --set dist.compression.chunk=64
+    --set dist.compression.warmup_steps=2"
+# shellcheck disable=SC2086
+run 2 "$tmp/ps-onebit-straight" $ps
+test -f "$tmp/ps-onebit-straight/r/checkpoints/step_00000006/codec_rank1.pt"
+resume_from_step_6 "$tmp/ps-onebit-straight" "$tmp/ps-onebit-resumed"
+# shellcheck disable=SC2086
+run 2 "$tmp/ps-onebit-resumed" $ps --resume
+cmp "$tmp/ps-onebit-straight/r/checkpoints/step_00000012/model.pt" \
+    "$tmp/ps-onebit-resumed/r/checkpoints/step_00000012/model.pt"
+echo "ok: resumed ps one-bit run over collectives matches the straight run bitwise"
+status=0
+"$source/scripts/mpirun.sh" -np 2 --oversubscribe "$trainer" \
+  --config "$source/configs/fashion_mnist_ps.toml" --set run.out_dir="$tmp/ps-messages" \
+  --set dist.compression.kind=topk >"$tmp/ps-messages.log" 2>&1 || status=$?
+if [[ $status != 2 ]] || ! grep -q "compressed pushes under dist.strategy = \"ps\" need the collective transport" \
+    "$tmp/ps-messages.log"; then
+  cat "$tmp/ps-messages.log"
+  exit 1
+fi
+echo "ok: a codec over the messages transport is refused in one line"

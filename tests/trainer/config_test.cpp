@@ -185,18 +185,29 @@ TEST_CASE("dist.compression: kinds, ranges and strategies are checked", "[config
                       "--set dist.compression.chunk: 12 is not a multiple of 8 (the signs are "
                       "packed 8 to a byte); use 16"});
   // Under ZeRO only stage 2 compresses (a reduce-scatter of the codec's messages).
-  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
-      {{"dist.strategy=ps"}, "\"ps\""},
-      {{"dist.strategy=zero"}, "\"zero\" stage 1"},
-      {{"dist.strategy=zero", "dist.zero.stage=3"}, "\"zero\" stage 3"}};
-  for (const auto& [sets, under] : refused) {
+  for (const auto& [sets, stage] : std::vector<std::pair<std::vector<std::string>, int>>{
+           {{"dist.strategy=zero"}, 1}, {{"dist.strategy=zero", "dist.zero.stage=3"}, 3}}) {
     std::vector<std::string> with_codec = sets;
     with_codec.push_back("dist.compression.kind=fp16");
     CHECK(problems_of("", with_codec) ==
           std::vector<std::string>{"--set dist.compression.kind: \"fp16\": dist.compression is "
-                                   "available with dist.strategy = \"ddp\" and with \"zero\" "
+                                   "available with dist.strategy = \"ddp\", \"ps\" and \"zero\" "
                                    "at dist.zero.stage = 2 in this version; use one of those, "
-                                   "or kind = \"none\" under " + under});
+                                   "or kind = \"none\" under \"zero\" stage " +
+                                   std::to_string(stage)});
+  }
+  // Under the parameter server only the collective transport compresses.
+  CHECK(problems_of("", {"dist.strategy=ps", "dist.ps.transport=collectives",
+                         "dist.compression.kind=onebit"})
+            .empty());
+  for (const char* messages :
+       {"dist.ps.transport=messages", "dist.ps.consistency=async", "dist.ps.placement=dedicated"}) {
+    CHECK(problems_of("", {"dist.strategy=ps", messages, "dist.compression.kind=topk"}) ==
+          std::vector<std::string>{
+              "--set dist.compression.kind: \"topk\": compressed pushes under dist.strategy = "
+              "\"ps\" need the collective transport (placement \"colocated\", consistency "
+              "\"bsp\" or \"ssp\", dist.ps.transport = \"collectives\"); the messages transport "
+              "sends uncompressed gradients in this version: use kind = \"none\" with it"});
   }
   CHECK(problems_of("", {"dist.strategy=zero", "dist.zero.stage=2",
                          "dist.compression.kind=topk"})
