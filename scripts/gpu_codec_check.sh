@@ -6,19 +6,20 @@
 # decode ms and their share of the uncompressed step, and the ms each codec adds to the step
 # in all (docs/PERFORMANCE.md's "Gradient compression" table); then the same under ZeRO
 # stage 2, where each rank decodes only its shard (codecs_zero2_LINK.md beside
-# codecs_LINK.md); then under the parameter server over collectives (STRATEGIES="ps" or
-# "ps_ssp": colocated bsp, or ssp(2) with newest reads; each worker pushes compressed
-# messages and the servers apply the decoded average: codecs_ps_LINK.md). On NCCL, PowerSGD's second round (orthogonalisation, Q = M^T P) runs in the
-# bucket's wait(): after backward under DDP, when bucket b + 2 launches under ZeRO-2; it is in
-# the added and exposed ms, not in encode ms.
+# codecs_LINK.md). STRATEGIES="ps" or "ps_ssp" runs the parameter server over collectives
+# (colocated bsp, or ssp(2) with newest reads; codecs_ps_LINK.md), which refuses a codec on
+# GPUs in this version. On NCCL, PowerSGD's second round (orthogonalisation, Q = M^T P) runs
+# in the bucket's wait(): after backward under DDP, when bucket b + 2 launches under ZeRO-2;
+# it is in the added and exposed ms, not in encode ms.
 # LINKS="nvlink slow" repeats the runs with NCCL kept off NVLink, shared memory and
 # InfiniBand (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1: its socket transport
-# through the host), a link where compression has something to win. Each table gives, per codec, the bus bandwidth
-# below which it pays: the bus bytes it saves per step over its encode + decode time (an upper
-# bound on the link: it counts every byte as exposed, where overlap hides some).
+# through the host), a link where compression has something to win. Each table gives, per
+# codec, the bus bandwidth below which it pays: the bus bytes it saves per step over its
+# encode + decode time (an upper bound on the link: it counts every byte as exposed, where
+# overlap hides some).
 #   usage: scripts/gpu_codec_check.sh OUT_DIR  (after scripts/prepare_gpu_deps.sh brought .deps)
 #   STEPS (default 40), CODECS (default "none fp16 bf16 topk powersgd onebit"), LINKS
-#   (default "nvlink") and STRATEGIES (default "ddp zero2 ps ps_ssp") override.
+#   (default "nvlink") and STRATEGIES (default "ddp zero2") override.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$1
@@ -41,7 +42,7 @@ mpirun -np 1 --bind-to none -x LD_LIBRARY_PATH build-gpu/bench_powersgd cuda 20 
 
 steps=${STEPS:-40}
 codecs=${CODECS:-"none fp16 bf16 topk powersgd onebit"}
-for strategy in ${STRATEGIES:-ddp zero2 ps ps_ssp}; do
+for strategy in ${STRATEGIES:-ddp zero2}; do
 for link in ${LINKS:-nvlink}; do
   runs="$out/$link" settings=(--set dist.strategy=ddp) table="$out/codecs_$link.md"
   if [ "$strategy" = zero2 ]; then
