@@ -102,14 +102,6 @@ PsCollectiveStrategy::PsCollectiveStrategy(PsOptions options, std::shared_ptr<Co
   newest_ = options_.consistency == "ssp" && options_.staleness > 0 &&
             options_.ssp_reads == "newest";
   predict_ = options_.consistency == "ssp" && options_.staleness > 0 && options_.predict_weights;
-  if (compression_.enabled() && comm_->device().is_cuda()) {
-    // Written for the device too (the server stream waits for a slot's decode), but not yet
-    // run on GPUs.
-    throw UserError(fmt::format(
-        "dist.compression.kind = \"{}\" under dist.strategy = \"ps\" runs on CPU ranks only in "
-        "this version; on GPUs compress under \"ddp\" or \"zero\" stage 2",
-        compression_.kind));
-  }
   if (comm_->device().is_cuda()) {
     const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
     server_stream_ = cuda.getStreamFromGlobalPool(comm_->device());

@@ -103,16 +103,8 @@ double max_abs(const torch::Tensor& tensor) { return tensor.abs().max().item<dou
 
 }  // namespace
 
-TEST_CASE("ps with a codec on GPUs is refused in one line in this version", "[codec]") {
-  if (!device().is_cuda()) return;  // CPU ranks run the cases below
-  CHECK_THROWS_WITH(PsCollectiveStrategy(ps_options("colocated", 1, 7, "bsp", 0), world(),
-                                         codec_options("topk")),
-                    Catch::Matchers::Contains("runs on CPU ranks only in this version"));
-}
-
 TEST_CASE("ps over collectives applies the average of the workers' decoded messages",
           "[codec]") {
-  if (device().is_cuda()) return;  // refused there (above)
   const std::string kind = GENERATE("fp16", "bf16", "topk", "powersgd", "onebit");
   const int64_t micro = GENERATE(1, 2);  // gradient accumulation: one push per step
   INFO("codec " << kind << ", " << micro << " micro-step(s)");
@@ -153,7 +145,6 @@ TEST_CASE("ps over collectives applies the average of the workers' decoded messa
 }
 
 TEST_CASE("ps over collectives with a codec keeps SSP's bound and trains", "[codec]") {
-  if (device().is_cuda()) return;  // refused there
   const std::string kind = GENERATE("fp16", "topk", "powersgd", "onebit");
   const std::string reads = GENERATE("exact", "newest");
   const int64_t k = 2;
@@ -189,7 +180,6 @@ TEST_CASE("ps over collectives with a codec keeps SSP's bound and trains", "[cod
 }
 
 TEST_CASE("ps over collectives resumes its codec state exactly on the same ranks", "[codec]") {
-  if (device().is_cuda()) return;  // checkpoints of float64 CPU runs, as zero2_codec_test
   const std::string kind = GENERATE("topk", "powersgd", "onebit");
   INFO("codec " << kind);
   CompressionOptions compression = codec_options(kind);
