@@ -7,9 +7,10 @@
 # in all (docs/PERFORMANCE.md's "Gradient compression" table); then the same under ZeRO
 # stage 2, where each rank decodes only its shard (codecs_zero2_LINK.md beside
 # codecs_LINK.md). STRATEGIES="ps" or "ps_ssp" runs the parameter server over collectives
-# (colocated bsp, or ssp(2) with newest reads; codecs_ps_LINK.md), which refuses a codec on
-# GPUs in this version. On NCCL, PowerSGD's second round (orthogonalisation, Q = M^T P) runs
-# in the bucket's wait(): after backward under DDP, when bucket b + 2 launches under ZeRO-2;
+# (colocated bsp, or ssp(2) with newest reads; codecs_ps_LINK.md) with PS_CHUNK_MB MiB chunks
+# (default 4, the config's default; a codec's cost is per bucket, and ps's buckets are its
+# chunks). On NCCL, PowerSGD's second round (orthogonalisation, Q = M^T P) runs in the
+# bucket's wait(): after backward under DDP, when bucket b + 2 launches under ZeRO-2;
 # it is in the added and exposed ms, not in encode ms.
 # LINKS="nvlink slow" repeats the runs with NCCL kept off NVLink, shared memory and
 # InfiniBand (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1: its socket transport
@@ -51,7 +52,8 @@ for link in ${LINKS:-nvlink}; do
   fi
   if [ "$strategy" = ps ] || [ "$strategy" = ps_ssp ]; then
     runs="$out/${strategy}_$link" table="$out/codecs_${strategy}_$link.md"
-    settings=(--set dist.strategy=ps --set dist.ps.transport=collectives)
+    settings=(--set dist.strategy=ps --set dist.ps.transport=collectives
+      --set dist.ps.chunk_mb="${PS_CHUNK_MB:-4}")
     [ "$strategy" = ps_ssp ] &&
       settings+=(--set dist.ps.consistency=ssp --set dist.ps.staleness=2)
   fi
