@@ -56,6 +56,9 @@ void TrainOptions::declare(OptionSpecs& keys) {
            "on a NaN/Inf loss: stop (checked at each log) or skip the update (checked every "
            "step: a host sync per step on GPUs)")
       .one_of({"stop", "skip"});
+  keys.add("cuda_graph", &cuda_graph,
+           "capture forward and backward as one CUDA graph and replay it each step (CUDA, "
+           "strategy single, grad_accum 1, bf16 or fp32): for steps bound by kernel launches");
 }
 
 FieldErrors TrainOptions::validate() const { return check_declared(*this); }

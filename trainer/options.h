@@ -63,6 +63,10 @@ struct TrainOptions {
   // run.log_every steps: no cost per step) or "skip" the step's update (found every step: a
   // host sync and a one-float reduction per step on GPUs).
   std::string nonfinite = "stop";
+  // Capture forward and backward as a CUDA graph on the first step and replay it after
+  // (trainer/graphed_step.h): one launch instead of hundreds where the host's launches bound
+  // the step. CUDA, strategy "single", one micro-step, bf16 or fp32.
+  bool cuda_graph = false;
 
   void declare(OptionSpecs& keys);
   FieldErrors validate() const;

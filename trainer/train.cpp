@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "trainer/checkpoint.h"
 #include "trainer/config.h"
+#include "trainer/graphed_step.h"
 #include "trainer/memory_plan.h"
 #include "trainer/memory_stats.h"
 #include "trainer/metrics.h"
@@ -63,6 +64,13 @@ class Trainer {
         step_loss_(torch::zeros({}, report_.options())),
         session_start_(Clock::now()) {
     if (config.train.precision == "fp16") scaler_.emplace(s_.device);
+    if (config.train.cuda_graph) {
+      graphed_ = std::make_unique<GraphedStep>(
+          s_.model->parameters(), s_.model->buffers(),
+          [this](const torch::Tensor& images, const torch::Tensor& labels) {
+            return forward_backward(images, labels, /*last_micro_step=*/true);
+          });
+    }
   }
 
   // Every rank: continues from the first checkpoint of `from` that loads on every rank.
@@ -138,24 +146,12 @@ class Trainer {
         Timeline::Phase phase(timeline_, "data wait");
         DTRAIN_CHECK(s_.train_loader->next(batch), "loader ran out at step {}", step_);
       }
-      torch::Tensor loss;
-      {
-        Timeline::Phase phase(timeline_, "forward");
-        AutocastScope autocast(config_.train.precision);
-        loss = torch::nn::functional::cross_entropy(
-            s_.model->forward(batch.images), batch.labels,
-            torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(
-                config_.train.label_smoothing));
+      if (graphed_) {
+        Timeline::Phase phase(timeline_, "forward and backward (CUDA graph)");
+        step_loss_ += graphed_->run(batch);
+      } else {
+        step_loss_ += forward_backward(batch.images, batch.labels, micro + 1 == accum);
       }
-      loss = loss / static_cast<double>(accum);
-      if (inject_nan_loss()) loss = loss * std::numeric_limits<double>::quiet_NaN();
-      {
-        Timeline::Phase phase(timeline_, "backward");
-        s_.strategy->before_backward(micro + 1 == accum);
-        (scaler_ ? scaler_->scale(loss) : loss).backward();
-        s_.strategy->after_backward(micro + 1 == accum);
-      }
-      step_loss_ += loss.detach();
     }
     straggler_.pause(*s_.strategy, timeline_);
     if (skip_nonfinite_ && !step_loss_finite()) return skip_update(nonfinite_skipped_);
@@ -171,6 +167,29 @@ class Trainer {
     }
     Timeline::Phase phase(timeline_, "optimizer step");
     s_.strategy->step(s_.schedule->lr_at(step_));
+  }
+
+  // One micro-step's forward and backward; returns its loss, divided by the micro-steps.
+  torch::Tensor forward_backward(const torch::Tensor& images, const torch::Tensor& labels,
+                                 bool last_micro_step) {
+    torch::Tensor loss;
+    {
+      Timeline::Phase phase(timeline_, "forward");
+      AutocastScope autocast(config_.train.precision);
+      loss = torch::nn::functional::cross_entropy(
+          s_.model->forward(images), labels,
+          torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(
+              config_.train.label_smoothing));
+    }
+    loss = loss / static_cast<double>(config_.train.grad_accum);
+    if (inject_nan_loss()) loss = loss * std::numeric_limits<double>::quiet_NaN();
+    {
+      Timeline::Phase phase(timeline_, "backward");
+      s_.strategy->before_backward(last_micro_step);
+      (scaler_ ? scaler_->scale(loss) : loss).backward();
+      s_.strategy->after_backward(last_micro_step);
+    }
+    return loss.detach();
   }
 
   // debug.nan_loss_steps on this rank: a test of train.nonfinite, not a real divergence.
@@ -355,6 +374,10 @@ class Trainer {
     progress_.end_line();
     s_.strategy->finish();
     write_timeline();
+    if (graphed_) {
+      log::info("train.cuda_graph: {} steps replayed, {} run eagerly (batches of another shape)",
+                graphed_->replays(), graphed_->eager_runs());
+    }
     const double seconds = train_seconds_before_ + seconds_since(session_start_);
     const int signal = step_ < s_.total_steps ? stop_signal_ : 0;
     if (signal == 0) {
@@ -376,6 +399,7 @@ class Trainer {
   Timeline timeline_;
   Straggler straggler_;
   std::optional<LossScaler> scaler_;
+  std::unique_ptr<GraphedStep> graphed_;  // train.cuda_graph
   torch::Tensor report_;    // [4] float32 on the device: see report_step
   torch::Tensor loss_sum_;  // report_[0]: the summed losses of the interval's applied steps
   torch::Tensor step_loss_;  // [] float32 on the device: this step's summed micro-step losses
