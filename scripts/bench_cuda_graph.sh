@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# train.cuda_graph on one GPU: dtrain's `single` strategy eager and with its forward and
-# backward replayed as a CUDA graph, beside PyTorch (scripts/bench_torch_ddp.py, eager), for
-# ResNet-18 on 32x32 images (configs/resnet18_cifar_synthetic.toml, batch 256: a step bound
-# by kernel launches) and ResNet-50 (configs/resnet50_synthetic.toml, batch 128), bf16,
-# channels_last, synthetic data on the device. ROUNDS rounds (default 3) alternate the three
-# runs, so that a drift of the machine reaches each alike; the table gives each side's median
-# and the rounds' range, and the ratios of the medians.
+# train.cuda_graph on one GPU: dtrain's `single` strategy eager ("off") and with its forward
+# and backward replayed as a CUDA graph ("on", what "auto" picks for these runs), beside
+# PyTorch (scripts/bench_torch_ddp.py, eager), for ResNet-18 on 32x32 images
+# (configs/resnet18_cifar_synthetic.toml, batch 256: a step bound by kernel launches) and
+# ResNet-50 (configs/resnet50_synthetic.toml, batch 128), bf16, channels_last, synthetic data
+# on the device. ROUNDS rounds (default 3) alternate the three runs, so that a drift of the
+# machine reaches each alike; the table gives each side's median and the rounds' range, and
+# the ratios of the medians.
 #   usage: scripts/bench_cuda_graph.sh BUILD_DIR OUT_DIR [MODELS]  (MODELS: default
 #          "resnet18_cifar resnet50")
 set -euo pipefail
@@ -28,10 +29,11 @@ for model in $models; do
   . scripts/ddp_bench_lib.sh  # config, torch_args, dtrain_run, torch_run, ratio for $model
   eager=() graphed=() torch=()
   for r in $(seq 1 "$rounds"); do
-    read -r rate _ <<<"$(dtrain_run 1 "${model}_eager_r$r" --set dist.strategy=single)"
+    read -r rate _ <<<"$(dtrain_run 1 "${model}_eager_r$r" --set dist.strategy=single \
+      --set train.cuda_graph=off)"
     eager+=("$rate")
     read -r rate _ <<<"$(dtrain_run 1 "${model}_graph_r$r" --set dist.strategy=single \
-      --set train.cuda_graph=true)"
+      --set train.cuda_graph=on)"
     graphed+=("$rate")
     torch+=("$(torch_run 1 "${model}_torch_r$r")")
   done

@@ -204,34 +204,6 @@ void report(const FieldErrors& errors, const std::string& section, const toml::t
   }
 }
 
-// What train.cuda_graph cannot capture in this configuration (trainer/graphed_step.h).
-std::vector<std::string> cuda_graph_conflicts(const Config& config) {
-  std::vector<std::string> conflicts;
-  if (!config.train.cuda_graph) return conflicts;
-  if (config.run.device == "cpu") {
-    conflicts.push_back("needs run.device = \"cuda\" (or \"auto\" on a GPU)");
-  }
-  if (config.dist.strategy != dist::StrategyKind::kSingle) {
-    conflicts.push_back(fmt::format("captures dist.strategy = \"single\" only, not \"{}\"",
-                                    dist::strategy_name(config.dist.strategy)));
-  }
-  if (config.train.grad_accum != 1) {
-    conflicts.push_back("captures one micro-step: needs train.grad_accum = 1");
-  }
-  if (config.train.precision == "fp16") {
-    conflicts.push_back(
-        "fp16 loss scaling reads the host every step: use \"bf16\" or \"fp32\"");
-  }
-  if (config.train.nonfinite == "skip") {
-    conflicts.push_back(
-        "train.nonfinite = \"skip\" reads the loss on the host every step: use \"stop\"");
-  }
-  if (!config.debug.nan_loss_steps.empty() || !config.debug.slow_ranks.empty()) {
-    conflicts.push_back("the debug faults and stragglers are not captured: leave debug.* empty");
-  }
-  return conflicts;
-}
-
 // Every section's validate(), the rules between the trainer's own sections, and warnings.
 void validate_sections(const Config& config, const toml::table& root,
                        const std::set<std::string>& unread, Problems& problems,
@@ -256,8 +228,15 @@ void validate_sections(const Config& config, const toml::table& root,
                              "\"fp32\" on CPU",
                              config.train.precision));
   }
-  for (const std::string& problem : cuda_graph_conflicts(config)) {
-    problems.add("train.cuda_graph", source_of(root, "train.cuda_graph"), problem);
+  if (config.train.cuda_graph == "on") {
+    std::vector<std::string> blockers = cuda_graph_blockers(config);
+    if (config.run.device == "cpu") {
+      blockers.insert(blockers.begin(),
+                      "\"on\" needs run.device = \"cuda\" (or \"auto\" on a GPU)");
+    }
+    for (const std::string& problem : blockers) {
+      problems.add("train.cuda_graph", source_of(root, "train.cuda_graph"), problem);
+    }
   }
   if (config.model.name == "simple_cnn" && config.model.zero_init_residual) {
     warnings.add("model.zero_init_residual", source_of(root, "model.zero_init_residual"),
@@ -266,6 +245,29 @@ void validate_sections(const Config& config, const toml::table& root,
 }
 
 }  // namespace
+
+std::vector<std::string> cuda_graph_blockers(const Config& config) {
+  std::vector<std::string> blockers;
+  if (config.dist.strategy != dist::StrategyKind::kSingle) {
+    blockers.push_back(fmt::format("captures dist.strategy = \"single\" only, not \"{}\"",
+                                   dist::strategy_name(config.dist.strategy)));
+  }
+  if (config.train.grad_accum != 1) {
+    blockers.push_back("captures one micro-step: needs train.grad_accum = 1");
+  }
+  if (config.train.precision == "fp16") {
+    blockers.push_back(
+        "fp16 loss scaling reads the host every step: use \"bf16\" or \"fp32\"");
+  }
+  if (config.train.nonfinite == "skip") {
+    blockers.push_back(
+        "train.nonfinite = \"skip\" reads the loss on the host every step: use \"stop\"");
+  }
+  if (!config.debug.nan_loss_steps.empty() || !config.debug.slow_ranks.empty()) {
+    blockers.push_back("the debug faults and stragglers are not captured: leave debug.* empty");
+  }
+  return blockers;
+}
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides,
                    std::vector<std::string>& warnings) {

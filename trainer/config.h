@@ -29,6 +29,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 Config load_config(const std::string& path, const std::vector<std::string>& overrides,
                    std::vector<std::string>& warnings);
 
+// Why train.cuda_graph cannot capture this config's step (trainer/graphed_step.h), the device
+// aside: one line each, empty when it can.
+std::vector<std::string> cuda_graph_blockers(const Config& config);
+
 // The resolved config as TOML, every key present (saved beside each run).
 std::string to_toml(const Config& config);
 

@@ -29,6 +29,17 @@ bool same_shape(const torch::Tensor& a, const torch::Tensor& b) {
 struct GraphedStep::Graph {
   at::cuda::CUDAGraph cuda;
 };
+
+namespace {
+
+void end_failed_capture(GraphedStep::Graph& graph) {
+  try {
+    graph.cuda.capture_end();
+  } catch (const std::exception&) {
+  }
+}
+
+}  // namespace
 #else
 struct GraphedStep::Graph {};  // never made: capture() refuses without CUDA
 #endif
@@ -76,14 +87,21 @@ void GraphedStep::capture(const data::Batch& batch) {
       forward_backward_(images_, labels_);
       for (torch::Tensor& param : params_) param.mutable_grad().reset();
     }
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i].copy_(saved[i]);
+    {
+      const torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i].copy_(saved[i]);
+    }
     // Gradients released above: backward allocates them inside the graph's memory pool, where
     // every replay writes them again. Thread-local capture: the loader's threads may copy
     // batches to the GPU meanwhile.
     graph_ = std::make_unique<Graph>();
     graph_->cuda.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
-    loss_ = forward_backward_(images_, labels_).detach();
+    try {
+      loss_ = forward_backward_(images_, labels_);
+    } catch (...) {
+      end_failed_capture(*graph_);  // the stream leaves capture mode; the first error stands
+      throw;
+    }
     graph_->cuda.capture_end();
   }
   at::cuda::CUDAEvent captured;

@@ -46,9 +46,9 @@ class GraphedStep {
   int64_t replays() const { return replays_; }
   int64_t eager_runs() const { return eager_runs_; }
 
- private:
   struct Graph;  // the CUDA graph (trainer/graphed_step.cpp)
 
+ private:
   void capture(const data::Batch& batch);
   torch::Tensor run_eagerly(const data::Batch& batch);
   void attach_gradients();

@@ -57,8 +57,10 @@ void TrainOptions::declare(OptionSpecs& keys) {
            "step: a host sync per step on GPUs)")
       .one_of({"stop", "skip"});
   keys.add("cuda_graph", &cuda_graph,
-           "capture forward and backward as one CUDA graph and replay it each step (CUDA, "
-           "strategy single, grad_accum 1, bf16 or fp32): for steps bound by kernel launches");
+           "replay forward and backward as one CUDA graph captured on the first step (needs "
+           "CUDA, strategy single, grad_accum 1, bf16 or fp32); auto: wherever that holds, on: "
+           "an error where not")
+      .one_of({"auto", "on", "off"});
 }
 
 FieldErrors TrainOptions::validate() const { return check_declared(*this); }

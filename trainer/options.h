@@ -65,8 +65,9 @@ struct TrainOptions {
   std::string nonfinite = "stop";
   // Capture forward and backward as a CUDA graph on the first step and replay it after
   // (trainer/graphed_step.h): one launch instead of hundreds where the host's launches bound
-  // the step. CUDA, strategy "single", one micro-step, bf16 or fp32.
-  bool cuda_graph = false;
+  // the step. Needs CUDA, strategy "single", one micro-step, bf16 or fp32. "auto": wherever
+  // that holds; "on": a config error where it does not; "off": never.
+  std::string cuda_graph = "auto";
 
   void declare(OptionSpecs& keys);
   FieldErrors validate() const;

@@ -164,8 +164,8 @@ RunSetup build_run(const Config& config) {
                                 "use \"fp32\"",
                                 config.train.precision));
   }
-  if (config.train.cuda_graph && !setup.device.is_cuda()) {
-    throw UserError("train.cuda_graph = true needs CUDA, and this run is on CPU; set it to false");
+  if (config.train.cuda_graph == "on" && !setup.device.is_cuda()) {
+    throw UserError("train.cuda_graph = \"on\" needs CUDA, and this run is on CPU; use \"auto\"");
   }
   set_threads(config.run.num_threads, setup.world.local_size);
   // Let cuDNN pick the fastest convolution algorithms for our fixed shapes, as PyTorch

@@ -64,7 +64,8 @@ class Trainer {
         step_loss_(torch::zeros({}, report_.options())),
         session_start_(Clock::now()) {
     if (config.train.precision == "fp16") scaler_.emplace(s_.device);
-    if (config.train.cuda_graph) {
+    if (s_.device.is_cuda() && config.train.cuda_graph != "off" &&
+        cuda_graph_blockers(config).empty()) {
       graphed_ = std::make_unique<GraphedStep>(
           s_.model->parameters(), s_.model->buffers(),
           [this](const torch::Tensor& images, const torch::Tensor& labels) {

@@ -291,18 +291,20 @@ TEST_CASE("autocast precisions are rejected on a CPU run", "[config]") {
   CHECK(contains(problems[0], "--set train.precision: \"bf16\" autocast needs CUDA"));
 }
 
-TEST_CASE("train.cuda_graph names each setting it cannot capture", "[config]") {
-  CHECK(problems_of("", {"train.cuda_graph=true", "run.device=cuda"}).empty());
+TEST_CASE("train.cuda_graph = \"on\" names each setting it cannot capture", "[config]") {
+  CHECK(problems_of("", {"train.cuda_graph=on", "run.device=cuda"}).empty());
+  // "auto" (the default) captures where it can and runs eagerly elsewhere, without a word.
+  CHECK(problems_of("", {"run.device=cpu", "dist.strategy=ddp", "train.grad_accum=2"}).empty());
   const std::vector<std::string> problems =
-      problems_of("", {"train.cuda_graph=true", "run.device=cpu", "dist.strategy=ddp",
+      problems_of("", {"train.cuda_graph=on", "run.device=cpu", "dist.strategy=ddp",
                        "train.grad_accum=2", "train.nonfinite=skip", "debug.slow_ranks=[0]"});
   REQUIRE(problems.size() == 5);
-  CHECK(contains(problems[0], "--set train.cuda_graph: needs run.device = \"cuda\""));
+  CHECK(contains(problems[0], "--set train.cuda_graph: \"on\" needs run.device = \"cuda\""));
   CHECK(contains(problems[1], "dist.strategy = \"single\" only, not \"ddp\""));
   CHECK(contains(problems[2], "train.grad_accum = 1"));
   CHECK(contains(problems[3], "train.nonfinite = \"skip\""));
   CHECK(contains(problems[4], "debug.*"));
-  CHECK(contains(problems_of("", {"train.cuda_graph=true", "run.device=cuda",
+  CHECK(contains(problems_of("", {"train.cuda_graph=on", "run.device=cuda",
                                   "train.precision=fp16"})[0],
                  "fp16 loss scaling"));
 }
