@@ -236,6 +236,7 @@ inline double stat(const dtrain::dist::Stats& stats, const std::string& name) {
 inline void write_checkpoint(dtrain::dist::Strategy& strategy, const std::string& dir,
                              dtrain::dist::Communicator& group) {
   strategy.prepare_checkpoint();
+  group.barrier();  // rank 0 made `dir` (fresh_directory)
   strategy.save_partition(dir);
   group.barrier();  // blocks the host on NCCL too: every part is on disk
   if (group.rank() == 0) strategy.save(dir);
