@@ -33,7 +33,7 @@ expect_files() {  # DIR FILE...: exactly these optimizer files
   local dir=$1
   shift
   local found
-  found=$(cd "$dir" && ls optimizer* zero_partition.pt 2>/dev/null | sort | tr '\n' ' ')
+  found=$(cd "$dir" && ls | grep -E '^(optimizer|zero_partition)' | sort | tr '\n' ' ')
   [ "$found" = "$* " ] || { echo "$dir holds $found, expected $*"; exit 1; }
 }
 
