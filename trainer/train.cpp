@@ -336,12 +336,14 @@ class Trainer {
   }
 
   // Whether every worker passed true. Blocking: the host reads the sum, so on GPUs too it
-  // returns only once every worker has called (bounded by dist.timeout_s).
+  // returns only once every worker has called (bounded by dist.timeout_s). Failures are
+  // counted, not successes: a worker the run goes on without (dist.ps.tolerate_worker_loss)
+  // adds nothing to the sum.
   bool all_workers(bool ok) {
-    torch::Tensor count =
-        torch::full({1}, ok ? 1.0 : 0.0, torch::TensorOptions().device(s_.device));
-    s_.strategy->reduce_metrics(count, dist::ReduceOp::kSum);
-    return count.item<double>() == static_cast<double>(s_.strategy->data_group().size);
+    torch::Tensor failures =
+        torch::full({1}, ok ? 0.0 : 1.0, torch::TensorOptions().device(s_.device));
+    s_.strategy->reduce_metrics(failures, dist::ReduceOp::kSum);
+    return failures.item<double>() == 0.0;
   }
 
   CheckpointInfo checkpoint_info() const {
