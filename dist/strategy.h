@@ -101,11 +101,17 @@ class Strategy {
   // Sets the model from a consolidated state with model_state()'s names and shapes. Every rank
   // passes the same state; a sharding strategy keeps its own part.
   virtual void load_model_state(const NamedTensors& state) = 0;
-  // On every rank before rank 0 saves: a strategy whose state is sharded gathers it here.
+  // A checkpoint, on every worker, in this order (trainer/checkpoint.h has the protocol):
+  // prepare_checkpoint(); save_partition() into the directory rank 0 created; once every
+  // worker's returned, save() on rank 0. A strategy that gathers its state to rank 0 (the
+  // parameter server's) does so in prepare_checkpoint() (collective); a sharded one writes
+  // each rank's part in save_partition(), which never communicates.
   virtual void prepare_checkpoint() {}
-  // The strategy's own state (optimizer, and whatever else it keeps), written by rank 0 into
-  // checkpoint directory `dir`; read back by every rank.
+  virtual void save_partition(const std::string& dir) const { (void)dir; }
+  // The strategy's own state that rank 0 writes into checkpoint directory `dir` (optimizer
+  // state, or a sharded strategy's index of its partitions). Never communicates.
   virtual void save(const std::string& dir) const = 0;
+  // Every rank reads back the state it holds, from a checkpoint of any strategy.
   virtual void load(const std::string& dir) = 0;
 
   // ---- Figures of the last completed step (communication, memory), for the metrics. May

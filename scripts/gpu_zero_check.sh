@@ -5,8 +5,10 @@
 # model-state bytes and peak device memory, and a short fp16 run under ddp and stage 3 (loss
 # scaling over gradient shards; stages 1 and 2 passed it before).
 # RESUME_ONLY=1: after the build, only --resume through the trainer: each stage checkpointed at
-# step 10 on every GPU, resumed to step 20 (RESUME_TO, default "GPUS:zero 2:zero GPUS:ddp":
-# ranks:strategy, GPUS for every GPU).
+# step 10 on every GPU (each rank writes its own optimizer-state file: listed), resumed to step
+# 20 (RESUME_TO, default "GPUS:zero 2:zero GPUS:ddp 1:ddp GPUS:zero:1 2:zero:3 GPUS:ps":
+# ranks:strategy[:stage], GPUS for every GPU, the stage the writer's if none), and the ZeRO
+# checkpoint tests over NCCL.
 #   usage: scripts/gpu_zero_check.sh OUT_DIR   (after scripts/prepare_gpu_deps.sh brought .deps)
 #   env: STEPS (bf16 steps, default 60), STRATEGIES (default "ddp zero:stage1 zero:stage2
 #        zero:stage3"), FP16_STRATEGIES (default "ddp zero:stage3")
@@ -32,14 +34,16 @@ resume_check() {
       build-gpu/trainer "${base[@]}" --set dist.strategy=zero --set dist.zero.stage=$stage \
       --set run.name="s$stage" --set train.max_steps=10 >"$out/resume_s$stage.log" 2>&1 ||
       { echo "FAILED: stage $stage to step 10"; tail -5 "$out/resume_s$stage.log"; continue; }
-    for to in ${RESUME_TO:-GPUS:zero 2:zero GPUS:ddp}; do
+    echo "s$stage step 10 holds: $(ls "$out/resume/s$stage/checkpoints/step_00000010" | tr '\n' ' ')"
+    for to in ${RESUME_TO:-GPUS:zero 2:zero GPUS:ddp 1:ddp GPUS:zero:1 2:zero:3 GPUS:ps}; do
       to=${to//GPUS/$gpus}
-      ranks=${to%%:*} strategy=${to##*:}
-      local name="s${stage}_to_${ranks}_$strategy"
+      IFS=: read -r ranks strategy to_stage <<<"$to"
+      to_stage=${to_stage:-$stage}
+      local name="s${stage}_to_${ranks}_${strategy}$to_stage"
       cp -r "$out/resume/s$stage" "$out/resume/$name"
       scripts/mpirun.sh -np "$ranks" --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE \
         build-gpu/trainer "${base[@]}" --set dist.strategy="$strategy" \
-        --set dist.zero.stage=$stage --set run.name="$name" --set train.max_steps=20 \
+        --set dist.zero.stage=$to_stage --set run.name="$name" --set train.max_steps=20 \
         --resume "$out/resume/$name" >"$out/resume_$name.log" 2>&1 ||
         echo "FAILED: $name"
       local log="$out/resume_$name.log"
@@ -48,11 +52,18 @@ resume_check() {
     done
   done
 }
-if [ "${RESUME_ONLY:-0}" = 1 ]; then resume_check; exit 0; fi
+if [ "${RESUME_ONLY:-0}" = 1 ]; then
+  resume_check
+  echo "== ZeRO checkpoint tests over NCCL"
+  (cd build-gpu && ctest --output-on-failure -R '^dist\.zero_checkpoint_nccl' -j 1) \
+    >"$out/ctest_checkpoint.log" 2>&1
+  grep -E "Test +#|tests passed|FAILED|Failed" "$out/ctest_checkpoint.log" | tail -4
+  exit 0
+fi
 # A stuck collective ends a test at its communicator's 60 s timeout, and a run below at
 # dist.timeout_s, so that the rest of the check still fits in one call.
 echo "== ZeRO and strategy tests over NCCL"
-(cd build-gpu && ctest --output-on-failure -R '^dist\.(zero|zero2|zero3|strategy)_nccl' -j 1) \
+(cd build-gpu && ctest --output-on-failure -R '^dist\.(zero|zero2|zero3|zero_checkpoint|strategy)_nccl' -j 1) \
   >"$out/ctest.log" 2>&1
 grep -E "Test +#|tests passed|FAILED|Failed" "$out/ctest.log" | tail -14
 

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -69,6 +70,25 @@ std::string unreadable_archive(const fs::path& dir) {
   return "";
 }
 
+// Runs this worker's part of a step of the save protocol, then waits for every worker's: throws
+// this worker's error if its part failed, or a UserError if another's did.
+void run_agreed(const std::function<void()>& part, const std::string& dir, const std::string& what,
+                const Checkpointer::AllAgree& all_agree) {
+  std::exception_ptr failed;
+  try {
+    part();
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  const bool all_done = all_agree(failed == nullptr);
+  if (failed) std::rethrow_exception(failed);
+  if (!all_done) {
+    throw UserError(fmt::format("{}: another rank failed to {} it (its log says why); the "
+                                "newest complete checkpoint stays the previous one",
+                                dir, what));
+  }
+}
+
 std::string state_text(const CheckpointInfo& info) {
   toml::table state{{"step", info.step},
                     {"epoch", info.epoch},
@@ -98,11 +118,20 @@ bool all_finite(const dist::NamedTensors& state) {
 Checkpointer::Checkpointer(std::string dir, int64_t keep) : dir_(std::move(dir)), keep_(keep) {}
 
 void Checkpointer::save(const CheckpointInfo& info, const dist::NamedTensors& model_state,
-                        dist::Strategy& strategy, const std::string& config_toml) const {
+                        dist::Strategy& strategy, const std::string& config_toml, int rank,
+                        const AllAgree& all_agree) const {
   const fs::path final_path = fs::path(dir_) / fmt::format("{}{:08d}", kPrefix, info.step);
   const fs::path temp_path = final_path.string() + ".tmp";
-  remove_tree(temp_path);
-  fs::create_directories(temp_path);
+  run_agreed(
+      [&] {
+        if (rank != 0) return;
+        remove_tree(temp_path);
+        fs::create_directories(temp_path);
+      },
+      temp_path.string(), "create", all_agree);
+  run_agreed([&] { strategy.save_partition(temp_path.string()); }, temp_path.string(),
+             "write its part into", all_agree);
+  if (rank != 0) return;
 
   models::save_state_dict(model_state, (temp_path / "model.pt").string());
   strategy.save(temp_path.string());

@@ -1,7 +1,18 @@
 // Checkpoints: one directory per step, written under a temporary name and renamed once
 // complete (with a DONE marker), so a crash mid-write never damages the last good one.
-//   <dir>/step_00000100/{model.pt, optimizer.pt, state.toml, config.toml, DONE}
-// model.pt is a plain state dict that Python's torch.load reads (torchvision names).
+//   <dir>/step_00000100/{model.pt, <the strategy's files>, state.toml, config.toml, DONE}
+// model.pt is a plain state dict that Python's torch.load reads (torchvision names); the
+// strategy's files are its optimizer state (dist/optimizer_state.h: optimizer.pt, or one file
+// per rank of a sharded strategy) and whatever else it keeps. Every worker writes, on a file
+// system they share:
+//   1. rank 0 creates step_N.tmp (replacing one an interrupted save left);
+//   2. every worker writes its own part into it (Strategy::save_partition);
+//   3. rank 0 writes model.pt, the strategy's own files (Strategy::save), state.toml,
+//      config.toml and DONE, then renames step_N.tmp to step_N.
+// Between the steps the workers agree that each did its part (a collective, bounded by
+// dist.timeout_s like every other): a rank that fails fails every rank once the others reach
+// that point, none waits alone, and the newest complete checkpoint stays the previous one
+// (step_N.tmp is removed by the next save or the next run).
 #pragma once
 
 #include "dist/strategy.h"
@@ -9,6 +20,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -41,11 +53,16 @@ class Checkpointer {
   // keep: complete checkpoints kept; older ones are deleted after each save.
   Checkpointer(std::string dir, int64_t keep);
 
-  // Writes the checkpoint of `info.step` (blocking): `model_state` (the strategy's
-  // consolidated model state) and the strategy's own state. `config_toml` is the resolved
-  // config. Rank 0 only, after every rank's Strategy::prepare_checkpoint().
+  // Whether every worker passed true. Blocking, collective over the workers.
+  using AllAgree = std::function<bool(bool)>;
+
+  // Writes the checkpoint of `info.step` by the protocol above (blocking; every worker, after
+  // Strategy::prepare_checkpoint(); `rank` is its place among the workers): `model_state` (the
+  // strategy's consolidated model state, which rank 0 writes) and the strategy's own state.
+  // `config_toml` is the resolved config. Throws on every worker if one fails.
   void save(const CheckpointInfo& info, const dist::NamedTensors& model_state,
-            dist::Strategy& strategy, const std::string& config_toml) const;
+            dist::Strategy& strategy, const std::string& config_toml, int rank,
+            const AllAgree& all_agree) const;
   // The complete checkpoint directories in `dir`, newest first.
   std::vector<std::string> complete() const;
   // The newest complete checkpoint directory in `dir`, if any.

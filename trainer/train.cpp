@@ -344,8 +344,7 @@ class Trainer {
   void checkpoint() {
     if (config_.train.keep_checkpoints == 0 || step_ == last_checkpoint_step_) return;
     Timeline::Phase phase(timeline_, "checkpoint");
-    // Rank 0 writes the model and the strategy's state, which a sharding strategy first
-    // gathers from every rank.
+    // Every worker writes its part of the strategy's state; rank 0 the model and the rest.
     s_.strategy->prepare_checkpoint();
     const dist::NamedTensors model_state = s_.strategy->model_state();
     if (!all_finite(model_state)) {  // the same consolidated state on every rank
@@ -357,9 +356,20 @@ class Trainer {
           kDivergedHint));
     }
     last_checkpoint_step_ = step_;
-    if (s_.world.rank != 0) return;
-    checkpointer_.save(checkpoint_info(), model_state, *s_.strategy, to_toml(config_));
+    checkpointer_.save(checkpoint_info(), model_state, *s_.strategy, to_toml(config_),
+                       s_.world.rank, [this](bool ok) { return all_workers(ok); });
     interval_start_ = Clock::now();
+  }
+
+  // Whether every worker passed true. Blocking: the host reads the sum, so on GPUs too it
+  // returns only once every worker has called (bounded by dist.timeout_s). Failures are
+  // counted, not successes: a worker the run goes on without (dist.ps.tolerate_worker_loss)
+  // adds nothing to the sum.
+  bool all_workers(bool ok) {
+    torch::Tensor failures =
+        torch::full({1}, ok ? 0.0 : 1.0, torch::TensorOptions().device(s_.device));
+    s_.strategy->reduce_metrics(failures, dist::ReduceOp::kSum);
+    return failures.item<double>() == 0.0;
   }
 
   CheckpointInfo checkpoint_info() const {

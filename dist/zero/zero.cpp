@@ -1,15 +1,8 @@
 #include "dist/zero/zero.h"
 
-#include "common/error.h"
 #include "common/log.h"
-#include "dist/comm/gather.h"
 #include "dist/optimizer_state.h"
 #include "optim/optimizer.h"
-
-#include <fmt/format.h>
-
-#include <fstream>
-#include <sstream>
 
 namespace dtrain::dist {
 
@@ -111,26 +104,12 @@ ReplicatedStrategy::MemoryBytes ZeroStrategy::memory() const {
   return bytes;
 }
 
-void ZeroStrategy::prepare_checkpoint() {
-  std::ostringstream stream;
-  torch::serialize::OutputArchive archive;
-  optimizer_->save(archive);
-  archive.save_to(stream);
-  std::vector<std::string> all = all_gather_bytes(*comm_, stream.str());
-  gathered_state_.clear();
-  if (comm_->rank() != 0) return;  // only rank 0 writes
-  gathered_state_ = std::move(all);
+void ZeroStrategy::save_partition(const std::string& dir) const {
+  save_partition_optimizer(*optimizer_, dir, comm_->rank());
 }
 
 void ZeroStrategy::save(const std::string& dir) const {
-  DTRAIN_CHECK(static_cast<int>(gathered_state_.size()) == comm_->size(),
-               "zero: save() without prepare_checkpoint() on every rank");
-  for (int r = 0; r < comm_->size(); ++r) {
-    std::ofstream out(zero_state_file(dir, r), std::ios::binary);
-    out << gathered_state_[r];
-    if (!out) throw UserError(fmt::format("{}: cannot write", zero_state_file(dir, r)));
-  }
-  torch::save(torch::tensor(partition_.first, torch::kInt64), zero_partition_file(dir));
+  save_zero_partition(partition_.first, dir);
 }
 
 void ZeroStrategy::load(const std::string& dir) {

@@ -12,7 +12,8 @@
 // the reduce-scatter starts when backward ends, not during it (stage 2, dist/zero/zero2.h,
 // reduce-scatters bucket by bucket during backward). BatchNorm buffers are
 // broadcast from rank 0 before every forward and evaluation (DDP's default policy).
-// Parameters without a gradient in a step count as zero gradients.
+// Parameters without a gradient in a step count as zero gradients. Checkpoints: each rank writes
+// the optimizer state of its own parameters (dist/optimizer_state.h, by tensor).
 #pragma once
 
 #include "dist/comm/communicator.h"
@@ -36,7 +37,8 @@ class ZeroStrategy : public ReplicatedStrategy, private CommHook {
   // This rank's parameters: only their gradients are reduced here.
   std::vector<torch::Tensor> gradient_owners() override { return owned_; }
   void step(double lr) override;
-  void prepare_checkpoint() override;
+  // Each rank writes its optimizer; rank 0 where each rank's parameters begin.
+  void save_partition(const std::string& dir) const override;
   void save(const std::string& dir) const override;
   void load(const std::string& dir) override;
 
@@ -57,8 +59,6 @@ class ZeroStrategy : public ReplicatedStrategy, private CommHook {
   ZeroPartition partition_;
   torch::Tensor flat_params_;  // [ranks * shard_numel]; every parameter is a view into it
   torch::Tensor shard_grads_;  // [shard_numel]: this rank's averaged gradients
-  // On rank 0: every rank's serialized optimizer state, gathered by prepare_checkpoint().
-  std::vector<std::string> gathered_state_;
 };
 
 }  // namespace dtrain::dist

@@ -4,12 +4,12 @@
 #include "common/log.h"
 #include "dist/buckets.h"
 #include "dist/compression/codec_file.h"
-#include "dist/optimizer_state.h"
-#include "dist/ps/whole_state.h"
 #include "dist/zero/bucket_shards.h"
+#include "dist/zero/shard_checkpoint.h"
 
 #include <fmt/format.h>
 
+#include <fstream>
 #include <numeric>
 
 namespace dtrain::dist {
@@ -118,26 +118,24 @@ void Zero2Strategy::load_model_state(const NamedTensors& state) {
   shard_->set_params(params_);
 }
 
-void Zero2Strategy::prepare_checkpoint() {
-  gathered_ = gather_states_on_rank0(*comm_, shard_->state());  // only rank 0 writes
-  if (codec_hook_) {
-    gathered_codec_states_ = compression::gather_codec_states(codec_hook_->codec(), *comm_);
-  }
+void Zero2Strategy::save_partition(const std::string& dir) const {
+  const int rank = comm_->rank();
+  save_shard_state(plan_, rank, *shard_, dir);
+  if (!codec_hook_) return;
+  const std::string file = compression::codec_state_file(dir, rank);
+  std::ofstream out(file, std::ios::binary);
+  out << compression::serialize_codec_state(codec_hook_->codec(), comm_->size());
+  out.close();
+  if (!out) throw UserError(fmt::format("{}: cannot write", file));
 }
 
 void Zero2Strategy::save(const std::string& dir) const {
-  DTRAIN_CHECK(static_cast<int>(gathered_.size()) == comm_->size(),
-               "zero: save() without prepare_checkpoint() on every rank");
-  save_optimizer(*whole_optimizer(plan_, params_, make_optimizer_, gathered_), dir);
-  if (codec_hook_) compression::write_codec_states(dir, gathered_codec_states_);
+  save_shard_index(plan_, static_cast<int64_t>(params_.size()), dir);
 }
 
 void Zero2Strategy::load(const std::string& dir) {
-  // Every rank reads the whole state (any strategy's layout) and keeps its pieces.
-  std::unique_ptr<torch::optim::Optimizer> whole = make_optimizer_(params_);
-  load_optimizer_state(dir, params_, 0, static_cast<int64_t>(params_.size()), make_optimizer_,
-                       *whole);
-  shard_->load_state(server_state(plan_, comm_->rank(), params_, whole.get()));
+  // This rank's pieces, from the files that hold them (any strategy's layout).
+  load_shard_state(plan_, comm_->rank(), params_, make_optimizer_, dir, *shard_);
   shard_->set_params(params_);
   if (codec_hook_) {
     compression::load_codec_state(dir, codec_hook_->codec(), static_cast<int64_t>(params_.size()),

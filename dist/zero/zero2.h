@@ -32,10 +32,10 @@
 // micro-step; the price is a full-size gradient held between micro-steps (DeepSpeed's stage 2
 // reduces every micro-step instead, to avoid it).
 //
-// Checkpoints hold whole tensors, as every strategy's: the shards' optimizer states are
-// gathered on rank 0 and written as one `optimizer.pt`, which ddp, stage 1 and stage 2 read on
-// any number of ranks. BatchNorm buffers are broadcast from rank 0 before every forward and
-// evaluation; parameters without a gradient in a step count as zero gradients.
+// Checkpoints: each rank writes the optimizer state of its own pieces, and its codec state
+// (dist/zero/shard_checkpoint.h); every strategy reads them back on any number of ranks.
+// BatchNorm buffers are broadcast from rank 0 before every forward and evaluation; parameters
+// without a gradient in a step count as zero gradients.
 #pragma once
 
 #include "dist/comm/communicator.h"
@@ -66,7 +66,7 @@ class Zero2Strategy : public ReplicatedStrategy, private CommHook {
   std::vector<torch::Tensor> gradient_owners() override { return shard_->pieces(); }
   void step(double lr) override;
   void load_model_state(const NamedTensors& state) override;
-  void prepare_checkpoint() override;
+  void save_partition(const std::string& dir) const override;
   void save(const std::string& dir) const override;
   void load(const std::string& dir) override;
   Stats stats() const override;
@@ -87,12 +87,9 @@ class Zero2Strategy : public ReplicatedStrategy, private CommHook {
   ZeroOptions options_;
   CompressionOptions compression_;
   std::unique_ptr<compression::CodecHook> codec_hook_;  // none without compression
-  std::vector<std::string> gathered_codec_states_;     // on rank 0, by rank, for save()
   PsPlan plan_;
   std::unique_ptr<PsShard> shard_;
   std::vector<torch::Tensor> param_flat_;  // per bucket: the model's parameters, as views
-  // On rank 0: every rank's shard state, gathered by prepare_checkpoint().
-  std::vector<ps::StateMessage> gathered_;
 };
 
 }  // namespace dtrain::dist

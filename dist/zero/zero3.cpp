@@ -2,9 +2,8 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "dist/optimizer_state.h"
-#include "dist/ps/whole_state.h"
 #include "dist/zero/bucket_shards.h"
+#include "dist/zero/shard_checkpoint.h"
 
 #include <fmt/format.h>
 
@@ -166,27 +165,23 @@ void Zero3Strategy::load_model_state(const NamedTensors& state) {
   shard_->set_params(whole);
 }
 
-void Zero3Strategy::prepare_checkpoint() {
-  std::vector<torch::Tensor> whole = whole_params();
-  gathered_ = gather_states_on_rank0(*comm_, shard_->state());  // only rank 0 writes
-  checkpoint_params_.clear();
-  if (comm_->rank() == 0) checkpoint_params_ = std::move(whole);
+void Zero3Strategy::save_partition(const std::string& dir) const {
+  save_shard_state(plan_, comm_->rank(), *shard_, dir);
 }
 
 void Zero3Strategy::save(const std::string& dir) const {
-  DTRAIN_CHECK(static_cast<int>(gathered_.size()) == comm_->size(),
-               "zero: save() without prepare_checkpoint() on every rank");
-  save_optimizer(*whole_optimizer(plan_, checkpoint_params_, make_optimizer_, gathered_), dir);
-  checkpoint_params_.clear();  // a whole model held on rank 0 is what stage 3 avoids
+  save_shard_index(plan_, static_cast<int64_t>(params_.size()), dir);
 }
 
 void Zero3Strategy::load(const std::string& dir) {
-  // Every rank reads the whole state (any strategy's layout) and keeps its pieces.
-  const std::vector<torch::Tensor> whole = whole_params();
-  std::unique_ptr<torch::optim::Optimizer> optimizer = make_optimizer_(whole);
-  load_optimizer_state(dir, whole, 0, static_cast<int64_t>(whole.size()), make_optimizer_,
-                       *optimizer);
-  shard_->load_state(server_state(plan_, comm_->rank(), whole, optimizer.get()));
+  // The loader reads only the parameters' sizes and strides: host stand-ins that are never
+  // written (the allocator maps their pages without touching them), not the gathered model.
+  std::vector<torch::Tensor> shapes;
+  for (const torch::Tensor& param : params_) {
+    shapes.push_back(torch::empty_strided(param.sizes(), param.strides(),
+                                          param.options().device(torch::kCPU)));
+  }
+  load_shard_state(plan_, comm_->rank(), shapes, make_optimizer_, dir, *shard_);
 }
 
 ReplicatedStrategy::MemoryBytes Zero3Strategy::memory() const {

@@ -25,11 +25,12 @@
 //
 // Gradient accumulation: reduce-scattered every micro-step and summed in the shard (see
 // dist/zero/unit_shards.h). Evaluation (no grad mode) gathers and frees each unit around its
-// forward alone. Checkpoints hold whole tensors, as every strategy's: model_state() gathers
-// the parameters; the shards' optimizer states are gathered on rank 0 and written as one
-// `optimizer.pt`, which ddp and every ZeRO stage read on any number of ranks. BatchNorm
-// buffers stay whole, broadcast from rank 0 before every forward and evaluation; parameters
-// without a gradient in a step count as zero gradients.
+// forward alone. Checkpoints: each rank writes the optimizer state of its own pieces
+// (dist/zero/shard_checkpoint.h), read back by every strategy on any number of ranks; the
+// parameters go into the consolidated model.pt through model_state(), which gathers them whole
+// on every rank, the model's size once (the optimizer state, twice that under Adam, is never
+// gathered). BatchNorm buffers stay whole, broadcast from rank 0 before every forward and
+// evaluation; parameters without a gradient in a step count as zero gradients.
 //
 // Runs on CPU ranks (MPI) and on GPUs (NCCL), where no hook blocks the host
 // (dist/zero/unit_shards.h). With dist.zero.gather_dtype = "compute", under autocast each unit
@@ -42,7 +43,6 @@
 #include "dist/options.h"
 #include "dist/ps/plan.h"
 #include "dist/ps/shard.h"
-#include "dist/ps/state_message.h"
 #include "dist/replicated.h"
 #include "dist/zero/unit_shards.h"
 
@@ -76,9 +76,8 @@ class Zero3Strategy : public ReplicatedStrategy {
   // Gathers the parameters into new whole tensors; buffers are the model's own. Collective.
   NamedTensors model_state() override;
   void load_model_state(const NamedTensors& state) override;
-  void prepare_checkpoint() override;
+  void save_partition(const std::string& dir) const override;
   void save(const std::string& dir) const override;
-  // Collective: the whole parameters are gathered to rebuild the writer's optimizer over them.
   void load(const std::string& dir) override;
   Stats stats() const override;
 
@@ -102,10 +101,6 @@ class Zero3Strategy : public ReplicatedStrategy {
   PsPlan plan_;
   std::unique_ptr<PsShard> shard_;
   std::unique_ptr<UnitShards> unit_shards_;
-  // On rank 0 between prepare_checkpoint() and save(): every rank's shard state and the whole
-  // parameters (freed by save(), which is const to the strategy's training state).
-  std::vector<ps::StateMessage> gathered_;
-  mutable std::vector<torch::Tensor> checkpoint_params_;
 };
 
 }  // namespace dtrain::dist

@@ -175,6 +175,30 @@ inline double max_difference(torch::nn::Module& a, torch::nn::Module& b) {
   return worst;
 }
 
+// Under stage 3 the model's parameters hold no memory between steps: they are compared
+// through the strategy's consolidated state, by name.
+inline double max_difference(const dtrain::dist::NamedTensors& state, torch::nn::Module& reference) {
+  double worst = 0.0;
+  const auto params = reference.named_parameters();
+  for (const auto& [name, tensor] : state) {
+    const torch::Tensor* other = params.find(name);
+    if (other == nullptr) continue;  // a buffer
+    worst = std::max(worst, (tensor - *other).abs().max().item<double>());
+  }
+  return worst;
+}
+
+// A new model holding the consolidated state's weights.
+inline Net net_from(const dtrain::dist::NamedTensors& state) {
+  Net net = make_net();
+  torch::NoGradGuard no_grad;
+  auto params = net->named_parameters();
+  for (const auto& [name, tensor] : state) {
+    if (torch::Tensor* param = params.find(name)) param->copy_(tensor);
+  }
+  return net;
+}
+
 // A new model holding `trained`'s current weights.
 inline Net copy_of(Net& trained) {
   Net copy = make_net();
@@ -206,11 +230,21 @@ inline double stat(const dtrain::dist::Stats& stats, const std::string& name) {
   throw std::runtime_error("no stat " + name);
 }
 
-// Rank 0 saves `strategy`'s checkpoint into `dir` (after every rank's prepare_checkpoint);
-// on return every rank may read it.
-inline void save_checkpoint(dtrain::dist::Strategy& strategy, const std::string& dir) {
+// Writes `strategy`'s checkpoint into `dir` as the trainer does (trainer/checkpoint.h): every
+// rank of `group` (the strategy's) its part, then rank 0 of `group` the rest. Every rank of
+// `group` calls; the readers then wait for it on a barrier of theirs.
+inline void write_checkpoint(dtrain::dist::Strategy& strategy, const std::string& dir,
+                             dtrain::dist::Communicator& group) {
   strategy.prepare_checkpoint();
-  if (world()->rank() == 0) strategy.save(dir);
+  group.barrier();  // rank 0 made `dir` (fresh_directory)
+  strategy.save_partition(dir);
+  group.barrier();  // blocks the host on NCCL too: every part is on disk
+  if (group.rank() == 0) strategy.save(dir);
+}
+
+// The same over the world; on return every rank may read it.
+inline void save_checkpoint(dtrain::dist::Strategy& strategy, const std::string& dir) {
+  write_checkpoint(strategy, dir, *world());
   world()->barrier();
 }
 

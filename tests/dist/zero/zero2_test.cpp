@@ -145,12 +145,10 @@ TEST_CASE("ZeRO-2 resumes from and into stage 1 and DDP on another number of ran
     auto before = make_strategy(first_kind, group);
     before->attach(*net, factory(options));
     train(net, *before, data, 0, 2, options.lr, 1, group->rank());
-    before->prepare_checkpoint();
-    if (group->rank() == 0) before->save(dir);
+    write_checkpoint(*before, dir, *group);
   }
-  // Every rank loads after rank 0 saved. (A collective would not order it on GPUs: NCCL's
-  // leave the host free to read the files before they are written.) attach() then gives every
-  // rank rank 0's weights, the writers'.
+  // Every rank loads after the writers saved (a world barrier, which blocks the host on NCCL
+  // too). attach() then gives every rank rank 0's weights, the writers'.
   world()->barrier();
   Net resumed = copy_of(net);
   auto after = make_strategy(second_kind);

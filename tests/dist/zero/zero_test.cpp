@@ -137,12 +137,10 @@ TEST_CASE("ZeRO-1 resumes on another number of ranks", "[dist][zero]") {
   if (writer) {
     auto before = attach_zero(first, options, group);
     train(first, *before, data, 0, 2, options.lr, 1, group->rank());
-    before->prepare_checkpoint();
-    if (group->rank() == 0) before->save(dir);
+    write_checkpoint(*before, dir, *group);
   }
-  // Every rank loads after rank 0 saved. (A collective would not order it on GPUs: NCCL's
-  // leave the host free to read the files before they are written.) attach() then gives every
-  // rank rank 0's weights, the writers'.
+  // Every rank loads after the writers saved (a world barrier, which blocks the host on NCCL
+  // too). attach() then gives every rank rank 0's weights, the writers'.
   world()->barrier();
   auto after = attach_zero(first, options);
   after->load(dir);
