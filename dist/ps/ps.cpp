@@ -73,7 +73,7 @@ class PsStrategy::PushWork : public Work {
 
  private:
   void start_pushes() {
-    if (owner_.is_leader_) sends_ = owner_.push(bucket_, held_);
+    if (owner_.is_leader_) sends_ = owner_.push(bucket_, held_, messages_);
     pushing_ = true;
   }
 
@@ -83,6 +83,7 @@ class PsStrategy::PushWork : public Work {
   std::unique_ptr<Work> reduce_;
   bool pushing_ = false;
   std::vector<std::unique_ptr<Work>> sends_;
+  std::vector<torch::Tensor> messages_;  // encoded pushes: MPI reads them until sent
   std::shared_ptr<const TimePoint> started_, finished_;
 };
 
@@ -385,10 +386,10 @@ std::unique_ptr<Work> PsStrategy::launch(Bucket& bucket) {
   return std::make_unique<PushWork>(*this, b, on_host ? bucket.flat : bucket.flat.cpu(), nullptr);
 }
 
-std::vector<std::unique_ptr<Work>> PsStrategy::push(int64_t b, const torch::Tensor& grads) {
+std::vector<std::unique_ptr<Work>> PsStrategy::push(int64_t b, const torch::Tensor& grads,
+                                                    std::vector<torch::Tensor>& messages) {
   const int64_t first = plan_.first_chunk[b];
   const int64_t end = plan_.first_chunk[b + 1];
-  std::vector<torch::Tensor> messages;
   if (encoder_) {
     std::vector<compression::Range> ranges;
     for (int64_t c = first; c < end; ++c) ranges.push_back({plan_.chunks[c].offset, plan_.chunks[c].numel});

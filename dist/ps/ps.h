@@ -144,8 +144,10 @@ class PsStrategy : public Strategy, private CommHook {
   // A hierarchy's bucket work is a node reduce and, on a leader, the pushes: both counted.
   void record(Bucket& bucket, std::unique_ptr<Work> work, StepComm& into) override;
   // Sends bucket `bucket`'s chunks of `grads` (its gradients, on the host; with a codec on
-  // any device, encoded first) to their servers.
-  std::vector<std::unique_ptr<Work>> push(int64_t bucket, const torch::Tensor& grads);
+  // any device, encoded first into `messages`, which the caller keeps until the sends
+  // complete: MPI reads them) to their servers.
+  std::vector<std::unique_ptr<Work>> push(int64_t bucket, const torch::Tensor& grads,
+                                          std::vector<torch::Tensor>& messages);
   int64_t payload_bytes(const Bucket& bucket) const override;
 
   // Every rank, servers too, starts from rank 0's parameters and buffers. Collective.
