@@ -392,7 +392,9 @@ std::vector<std::unique_ptr<Work>> PsStrategy::push(int64_t b, const torch::Tens
   const int64_t end = plan_.first_chunk[b + 1];
   if (encoder_) {
     std::vector<compression::Range> ranges;
-    for (int64_t c = first; c < end; ++c) ranges.push_back({plan_.chunks[c].offset, plan_.chunks[c].numel});
+    for (int64_t c = first; c < end; ++c) {
+      ranges.push_back({plan_.chunks[c].offset, plan_.chunks[c].numel});
+    }
     messages = encoder_->encode(b, plan_.layout[b], grads, ranges, step_);
     pushed_bytes_[b] = 0;
     for (const torch::Tensor& message : messages) pushed_bytes_[b] += message.numel();
@@ -410,7 +412,8 @@ std::vector<std::unique_ptr<Work>> PsStrategy::push(int64_t b, const torch::Tens
 
 int64_t PsStrategy::payload_bytes(const Bucket& bucket) const {
   if (!encoder_) return CommHook::payload_bytes(bucket);
-  return pushed_bytes_.at(static_cast<size_t>(bucket_of_first_param_.at(bucket.layout.params.front())));
+  const int64_t b = bucket_of_first_param_.at(bucket.layout.params.front());
+  return pushed_bytes_.at(static_cast<size_t>(b));
 }
 
 void PsStrategy::record(Bucket& bucket, std::unique_ptr<Work> work, StepComm& into) {

@@ -77,7 +77,8 @@ torch::Tensor PushEncoder::payload(const torch::Tensor& input, const PushHeader&
     case Encoding::kFp16:
     case Encoding::kBf16: {
       const torch::Tensor scale = compression::cast_scale(input.abs().max().reshape({1}));
-      return torch::cat({to_bytes(scale), to_bytes(input.mul(scale).to(cast_type(header.encoding)))});
+      const torch::Tensor cast = input.mul(scale).to(cast_type(header.encoding));
+      return torch::cat({to_bytes(scale), to_bytes(cast)});
     }
     case Encoding::kTopk: return compression::topk_encode(input, header.parameter);
     case Encoding::kOnebit: return compression::onebit_encode(input, header.parameter);

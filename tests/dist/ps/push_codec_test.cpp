@@ -1,8 +1,10 @@
-// The parameter server over its messages transport under dist.compression (dist/ps/push_codec.h),
-// float64 on N ranks, with dedicated servers and colocated, BSP (with a hierarchy too) and async:
+// The parameter server over its messages transport under dist.compression
+// (dist/ps/push_codec.h), float64 on N ranks, with dedicated servers and colocated, BSP (with a
+// hierarchy too) and async:
 //   - every step, the update the servers applied is -lr x the average over the workers of
-//     what each pushed (under a hierarchy, what each node's leader pushed for its node), sent_w = g_w + e_w(before) - e_w(after) (its gradient, computed here on
-//     a copy of the model, plus its residual before, minus its residual after): the servers
+//     what each pushed (under a hierarchy, what each node's leader pushed for its node),
+//     sent_w = g_w + e_w(before) - e_w(after) (its gradient, computed here on a copy of the
+//     model, plus its residual before, minus its residual after): the servers
 //     decode each worker's messages into what that worker's error feedback says it sent (plain
 //     SGD, 1e-12 x its scale). The casts keep no residual: within eps x the sum of the workers'
 //     largest magnitudes. Step 0 is a warm-up step of dense pushes;
@@ -63,8 +65,9 @@ std::vector<torch::Tensor> clones(const std::vector<torch::Tensor>& tensors) {
 std::vector<torch::Tensor> own_gradient(Net& net, const Data& data, int64_t step, int w) {
   Net copy = copy_of(net);
   copy->to(device());
-  torch::nn::functional::cross_entropy(copy->forward(data.x[step].narrow(0, w * kPerRank, kPerRank)),
-                                       data.y[step].narrow(0, w * kPerRank, kPerRank))
+  const int64_t begin = w * kPerRank;
+  torch::nn::functional::cross_entropy(copy->forward(data.x[step].narrow(0, begin, kPerRank)),
+                                       data.y[step].narrow(0, begin, kPerRank))
       .backward();
   std::vector<torch::Tensor> grads;
   for (const torch::Tensor& param : copy->parameters()) grads.push_back(param.grad().clone());
@@ -79,7 +82,8 @@ std::vector<torch::Tensor> residuals_by_param(const PsStrategy& strategy,
   const compression::CodecState state = strategy.push_encoder()->state();
   if (state.slots.empty()) return by_param;
   for (const auto& [param, residual] : state.slots[0]) {
-    by_param[static_cast<size_t>(param)].copy_(residual.view_as(by_param[static_cast<size_t>(param)]));
+    torch::Tensor& into = by_param[static_cast<size_t>(param)];
+    into.copy_(residual.view_as(into));
   }
   return by_param;
 }
@@ -244,7 +248,7 @@ TEST_CASE("ps over messages resumes its codec state exactly", "[codec]") {
   Net first = placed_net(ps);
   run_part(first, ps, compression, optimizer, data, 0, kSteps / 2, "", dir);
   Net resumed = copy_of(first);  // rank 0's weights, given to every rank by attach()
-  if (host_only(ps)) resumed->to(torch::kCPU); else resumed->to(device());
+  resumed->to(host_only(ps) ? torch::Device(torch::kCPU) : device());
   run_part(resumed, ps, compression, optimizer, data, kSteps / 2, kSteps, dir, "");
   if (!host_only(ps)) CHECK(max_difference(*resumed, *straight) < kTolerance);
 }
