@@ -37,9 +37,6 @@ std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
     if (options.ps.use_collectives(world->device().is_cuda())) {
       return std::make_unique<PsCollectiveStrategy>(options.ps, world, options.compression);
     }
-    if (options.compression.enabled()) {
-      throw UserError("dist.compression.kind: " + compressed_messages_error(options.compression.kind));
-    }
     if (options.ps.consistency == "ssp" && options.ps.predict_weights) {
       throw UserError(
           "dist.ps.predict_weights = true needs the collective transport (placement "
@@ -53,7 +50,7 @@ std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
           "\"colocated\", dist.ps.transport = \"collectives\"); this run takes the messages "
           "transport, which reads what has arrived: use ssp_reads = \"newest\"");
     }
-    return std::make_unique<PsStrategy>(options.ps, world, options.timeout_s);
+    return std::make_unique<PsStrategy>(options.ps, world, options.timeout_s, options.compression);
   }
   throw UserError(fmt::format("dist.strategy: \"{}\" is not available in this build",
                               strategy_name(options.strategy)));

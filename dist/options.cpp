@@ -85,12 +85,21 @@ bool PsOptions::use_collectives(bool on_gpus) const {
   return transport == "collectives" || (transport == "auto" && on_gpus && serve);
 }
 
-std::string compressed_messages_error(const std::string& kind) {
-  return fmt::format("\"{}\": compressed pushes under dist.strategy = \"ps\" need the collective "
-                     "transport (placement \"colocated\", consistency \"bsp\" or \"ssp\", "
-                     "dist.ps.transport = \"collectives\"); the messages transport sends "
-                     "uncompressed gradients in this version: use kind = \"none\" with it",
-                     kind);
+std::string compressed_messages_error(const CompressionOptions& compression,
+                                      const PsOptions& ps) {
+  if (compression.kind == "powersgd") {
+    return "\"powersgd\" is not available over the parameter server's messages transport: its "
+           "power iteration all-reduces its factors across the workers, which pushes to "
+           "servers have no form of; use it with placement \"colocated\", consistency \"bsp\" "
+           "or \"ssp\" and dist.ps.transport = \"collectives\", or another codec";
+  }
+  if (compression.enabled() && ps.tolerate_worker_loss) {
+    return fmt::format("\"{}\" with dist.ps.tolerate_worker_loss = true: a checkpoint gathers "
+                       "every worker's codec state in a collective that a lost worker never "
+                       "joins; use kind = \"none\" with it",
+                       compression.kind);
+  }
+  return "";
 }
 
 FieldErrors PsOptions::validate() const { return check_declared(*this); }
@@ -160,8 +169,9 @@ FieldErrors DistOptions::validate(const DistContext& context) const {
   }
   const bool ps_messages = ps.transport == "messages" || ps.placement != "colocated" ||
                            ps.consistency == "async" || ps.hierarchical;
-  if (compression.enabled() && strategy == StrategyKind::kPs && ps_messages) {
-    errors.push_back({"compression.kind", compressed_messages_error(compression.kind)});
+  if (strategy == StrategyKind::kPs && ps_messages) {
+    const std::string refused = compressed_messages_error(compression, ps);
+    if (!refused.empty()) errors.push_back({"compression.kind", refused});
   }
   if (compression.has_residuals() && (context.fp16_loss_scaling || context.skip_nonfinite)) {
     // A residual keeps what a step did not send: a loss-scaled or non-finite gradient in it

@@ -100,12 +100,9 @@ struct PsOptions {
   bool use_collectives(bool on_gpus) const;
 };
 
-// The one-line refusal of a codec (`kind`) where the parameter server takes the messages
-// transport, which pushes uncompressed gradients.
-std::string compressed_messages_error(const std::string& kind);
-
 // [dist.compression]: gradient codecs (dist/compression/codec.h), under "ddp", under "zero"
-// at stage 2 and under "ps" over the collective transport in this version.
+// at stage 2 and under "ps" (over the collective transport, and over the messages transport
+// every codec but PowerSGD: dist/ps/push_codec.h).
 struct CompressionOptions {
   // "none"; "fp16" or "bf16": a cast, scaled so the sum cannot overflow; "topk": the largest
   // `ratio` of each bucket's elements; "powersgd": rank-`rank` factors (Vogels et al. 2019);
@@ -134,6 +131,10 @@ struct CompressionOptions {
   void declare(OptionSpecs& keys);
   FieldErrors validate() const;
 };
+
+// The one-line refusal of codec `compression` where the parameter server takes the messages
+// transport (dist/ps/push_codec.h), or "" where that transport carries it.
+std::string compressed_messages_error(const CompressionOptions& compression, const PsOptions& ps);
 
 // How ranks cooperate. Each strategy's options are the subsection named after it.
 enum class StrategyKind { kSingle, kDdp, kZero, kPs };

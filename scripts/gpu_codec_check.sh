@@ -9,8 +9,13 @@
 # codecs_LINK.md). STRATEGIES="ps" or "ps_ssp" runs the parameter server over collectives
 # (colocated bsp, or ssp(2) with newest reads; codecs_ps_LINK.md) with PS_CHUNK_MB MiB chunks
 # (default 4, the config's default; a codec's cost is per bucket, and ps's buckets are its
-# chunks). On NCCL, PowerSGD's second round (orthogonalisation, Q = M^T P) runs in the
-# bucket's wait(): after backward under DDP, when bucket b + 2 launches under ZeRO-2;
+# chunks). STRATEGIES="ps_async" (colocated async) and "ps_dedicated" (bsp, one CPU server
+# rank beside the GPU workers: ranks + 1 processes) run the parameter server's messages
+# transport, where each worker encodes every pushed chunk on its GPU and copies only the
+# messages to the host (dist/ps/push_codec.h); PowerSGD has no messages form and is skipped
+# there (codecs_ps_async_LINK.md, codecs_ps_dedicated_LINK.md). On NCCL, PowerSGD's second
+# round (orthogonalisation, Q = M^T P) runs in the bucket's wait(): after backward under DDP,
+# when bucket b + 2 launches under ZeRO-2;
 # it is in the added and exposed ms, not in encode ms.
 # LINKS="nvlink slow" repeats the runs with NCCL kept off NVLink, shared memory and
 # InfiniBand (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1: its socket transport
@@ -33,7 +38,7 @@ ranks=$((gpus < 4 ? gpus : 4))
 gpu_build dist_tests trainer bench_powersgd
 echo "== codec tests over NCCL, 2 ranks (ZeRO-2's and the parameter server's codecs on 2 and 4)"
 (cd build-gpu && ctest --output-on-failure \
-  -R '^dist\.((codec|reducer_codec|ddp_codec|powersgd)_nccl\.np2|(zero2|ps)_codec_nccl\.np)' \
+  -R '^dist\.((codec|reducer_codec|ddp_codec|powersgd)_nccl\.np2|(zero2|ps|push)_codec_nccl\.np)' \
   -j 1) >"$out/ctest.log" 2>&1
 grep -E "Test +#|tests passed|FAILED|Failed" "$out/ctest.log" | tail -10
 
@@ -46,6 +51,7 @@ codecs=${CODECS:-"none fp16 bf16 topk powersgd onebit"}
 for strategy in ${STRATEGIES:-ddp zero2}; do
 for link in ${LINKS:-nvlink}; do
   runs="$out/$link" settings=(--set dist.strategy=ddp) table="$out/codecs_$link.md"
+  np=$ranks messages=""
   if [ "$strategy" = zero2 ]; then
     runs="$out/zero2_$link" table="$out/codecs_zero2_$link.md"
     settings=(--set dist.strategy=zero --set dist.zero.stage=2)
@@ -57,19 +63,31 @@ for link in ${LINKS:-nvlink}; do
     [ "$strategy" = ps_ssp ] &&
       settings+=(--set dist.ps.consistency=ssp --set dist.ps.staleness=2)
   fi
+  if [ "$strategy" = ps_async ] || [ "$strategy" = ps_dedicated ]; then
+    runs="$out/${strategy}_$link" table="$out/codecs_${strategy}_$link.md" messages=1
+    settings=(--set dist.strategy=ps --set dist.ps.transport=messages --set dist.ps.consistency=async)
+    if [ "$strategy" = ps_dedicated ]; then
+      np=$((ranks + 1))
+      settings=(--set dist.strategy=ps --set dist.ps.placement=dedicated --set dist.ps.servers=1
+        --set dist.ps.consistency=bsp)
+    fi
+  fi
   rm -rf "$runs"  # the trainer never writes into another run's directory
   mkdir -p "$runs"
   slow=()
   [ "$link" = slow ] && slow=(-x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 -x NCCL_IB_DISABLE=1)
   echo "== ResNet-50 bf16 $strategy on $ranks GPUs over $link, $steps steps: $codecs"
+  ran=""
   for codec in $codecs; do
-    mpirun -np "$ranks" --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE "${slow[@]}" \
+    [ -n "$messages" ] && [ "$codec" = powersgd ] && continue  # refused over messages
+    ran="$ran $codec"
+    mpirun -np "$np" --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE "${slow[@]}" \
       build-gpu/trainer --config configs/resnet50_synthetic.toml "${settings[@]}" \
       --set dist.compression.kind="$codec" --set train.max_steps="$steps" \
       --set run.out_dir="$runs" --set run.name="$codec" >"$runs/$codec.log" 2>&1 ||
       { echo "$codec failed:"; tail -5 "$runs/$codec.log"; }
   done
-  python3 - "$runs" $codecs <<'PY' | tee "$table"
+  python3 - "$runs" $ran <<'PY' | tee "$table"
 import json, os, sys
 runs, codecs = sys.argv[1], sys.argv[2:]
 def means(codec):

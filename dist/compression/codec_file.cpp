@@ -54,12 +54,16 @@ std::string codec_state_file(const std::string& dir, int rank) {
 }
 
 std::string serialize_codec_state(const Codec& codec, int world_size) {
+  return serialize_codec_state(codec.kind(), codec.slots(), codec.state(), world_size);
+}
+
+std::string serialize_codec_state(const std::string& kind, const std::vector<std::string>& slots,
+                                  const CodecState& state, int world_size) {
   torch::serialize::OutputArchive archive;
-  archive.write("kind", c10::IValue(codec.kind()));
+  archive.write("kind", c10::IValue(kind));
   archive.write("world_size", c10::IValue(static_cast<int64_t>(world_size)));
-  const CodecState state = codec.state();
   for (size_t slot = 0; slot < state.slots.size(); ++slot) {
-    write_by_param(archive, codec.slots().at(slot), state.slots[slot]);
+    write_by_param(archive, slots.at(slot), state.slots[slot]);
   }
   write_by_param(archive, kShared, state.shared);
   std::ostringstream stream;
@@ -85,37 +89,46 @@ void write_codec_states(const std::string& dir, const std::vector<std::string>& 
 
 void load_codec_state(const std::string& dir, Codec& codec, int64_t num_params, int rank,
                       int world_size, const torch::Device& device) {
+  std::optional<CodecState> state =
+      read_codec_state(dir, codec.kind(), codec.slots(), num_params, rank, world_size, device);
+  if (state) codec.set_state(std::move(*state));
+}
+
+std::optional<CodecState> read_codec_state(const std::string& dir, const std::string& kind,
+                                           const std::vector<std::string>& slots,
+                                           int64_t num_params, int rank, int world_size,
+                                           const torch::Device& device) {
   const std::string first = codec_state_file(dir, 0);
   if (!std::filesystem::exists(first)) {
     log::info("{}: no codec state (written without dist.compression); \"{}\" starts fresh", dir,
-              codec.kind());
-    return;
+              kind);
+    return std::nullopt;
   }
   torch::serialize::InputArchive archive;
   read_archive(first, device, archive);
-  c10::IValue kind, writers;
-  archive.read("kind", kind);
+  c10::IValue written_kind, writers;
+  archive.read("kind", written_kind);
   archive.read("world_size", writers);
-  if (kind.toStringRef() != codec.kind()) {
+  if (written_kind.toStringRef() != kind) {
     log::info("{}: codec state of \"{}\", not \"{}\": the codec starts fresh", first,
-              kind.toStringRef(), codec.kind());
-    return;
+              written_kind.toStringRef(), kind);
+    return std::nullopt;
   }
   CodecState state;
   state.shared = read_by_param(archive, kShared, num_params);
-  state.slots.resize(codec.slots().size());
+  state.slots.resize(slots.size());
   if (writers.toInt() == world_size) {
     torch::serialize::InputArchive own;
     if (rank != 0) read_archive(codec_state_file(dir, rank), device, own);
     for (size_t slot = 0; slot < state.slots.size(); ++slot) {
-      state.slots[slot] = read_by_param(rank == 0 ? archive : own, codec.slots()[slot], num_params);
+      state.slots[slot] = read_by_param(rank == 0 ? archive : own, slots[slot], num_params);
     }
   } else if (rank == 0 && !state.slots.empty()) {
     log::warn("{}: codec state of {} ranks, resumed on {}: the error-feedback residuals restart "
               "from zero",
               dir, writers.toInt(), world_size);
   }
-  codec.set_state(std::move(state));
+  return state;
 }
 
 }  // namespace dtrain::dist::compression

@@ -13,6 +13,7 @@
 
 #include "dist/compression/codec.h"
 
+#include <optional>
 #include <string>
 
 namespace dtrain::dist::compression {
@@ -20,6 +21,10 @@ namespace dtrain::dist::compression {
 std::string codec_state_file(const std::string& dir, int rank);
 // This rank's state as the bytes of a torch archive.
 std::string serialize_codec_state(const Codec& codec, int world_size);
+// The same for state held outside a Codec (the parameter server's pushes, dist/ps/push_codec.h):
+// codec `kind`'s `state`, its slots named `slots`.
+std::string serialize_codec_state(const std::string& kind, const std::vector<std::string>& slots,
+                                  const CodecState& state, int world_size);
 // Every rank's serialized state, by rank, on rank 0 (empty elsewhere). Blocking; collective.
 std::vector<std::string> gather_codec_states(const Codec& codec, Communicator& comm);
 // Writes rank R's bytes, by rank, into `dir`.
@@ -27,5 +32,11 @@ void write_codec_states(const std::string& dir, const std::vector<std::string>& 
 // Sets `codec`'s state (of `num_params` parameters) from `dir`, for `rank` of `world_size`.
 void load_codec_state(const std::string& dir, Codec& codec, int64_t num_params, int rank,
                       int world_size, const torch::Device& device);
+// The same for state held outside a Codec: the state to set, or nothing where codec `kind`
+// starts fresh.
+std::optional<CodecState> read_codec_state(const std::string& dir, const std::string& kind,
+                                           const std::vector<std::string>& slots,
+                                           int64_t num_params, int rank, int world_size,
+                                           const torch::Device& device);
 
 }  // namespace dtrain::dist::compression

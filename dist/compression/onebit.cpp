@@ -25,12 +25,21 @@ OnebitCodec::OnebitCodec(const CompressionOptions& options, std::shared_ptr<Comm
 
 torch::Tensor OnebitCodec::encode(const torch::Tensor& input, int64_t step) const {
   (void)step;
-  const int64_t chunks = chunks_of(input.numel(), chunk_);
-  const torch::Tensor padded = torch::constant_pad_nd(input, {0, chunks * chunk_ - input.numel()});
+  return onebit_encode(input, chunk_);
+}
+
+torch::Tensor OnebitCodec::decode_sum(const torch::Tensor& messages, int64_t numel, Range range,
+                                      const torch::Tensor& like) const {
+  return onebit_decode_sum(messages, numel, range, like, chunk_);
+}
+
+torch::Tensor onebit_encode(const torch::Tensor& input, int64_t chunk) {
+  const int64_t chunks = chunks_of(input.numel(), chunk);
+  const torch::Tensor padded = torch::constant_pad_nd(input, {0, chunks * chunk - input.numel()});
   // Mean magnitude over the chunk's real elements (the padding adds nothing to the sum).
-  torch::Tensor counts = torch::full({chunks}, static_cast<double>(chunk_), input.options());
-  counts[-1] = static_cast<double>(input.numel() - (chunks - 1) * chunk_);
-  const torch::Tensor scales = padded.view({chunks, chunk_}).abs().sum(1).div_(counts);
+  torch::Tensor counts = torch::full({chunks}, static_cast<double>(chunk), input.options());
+  counts[-1] = static_cast<double>(input.numel() - (chunks - 1) * chunk);
+  const torch::Tensor scales = padded.view({chunks, chunk}).abs().sum(1).div_(counts);
   return torch::cat({to_bytes(scales), pack_signs(padded)});
 }
 
@@ -45,24 +54,24 @@ torch::Tensor pack_signs(const torch::Tensor& input) {
   return torch::bitwise_right_shift(bytes.mul(kGather), 56).to(torch::kUInt8);
 }
 
-torch::Tensor OnebitCodec::decode_sum(const torch::Tensor& messages, int64_t numel, Range range,
-                                      const torch::Tensor& like) const {
+torch::Tensor onebit_decode_sum(const torch::Tensor& messages, int64_t numel, Range range,
+                                const torch::Tensor& like, int64_t chunk) {
   const int64_t ranks = messages.size(0);
-  const int64_t chunks = chunks_of(numel, chunk_);
+  const int64_t chunks = chunks_of(numel, chunk);
   const int64_t scale_bytes = chunks * like.element_size();
   // The chunks [first, first + count) that cover the range.
-  const int64_t first = range.offset / chunk_;
-  const int64_t count = chunks_of(range.end(), chunk_) - first;
+  const int64_t first = range.offset / chunk;
+  const int64_t count = chunks_of(range.end(), chunk) - first;
   const torch::Tensor scales = from_bytes(messages.narrow(1, 0, scale_bytes), like.scalar_type())
                                    .narrow(1, first, count);  // [ranks, count]
   const torch::Tensor packed =
-      messages.narrow(1, scale_bytes + first * chunk_ / 8, count * chunk_ / 8);
+      messages.narrow(1, scale_bytes + first * chunk / 8, count * chunk / 8);
   const torch::Tensor bits = packed.unsqueeze(2).bitwise_and(bit_weights(like.device())).ne(0);
   // Each element its chunk's scale, signed by its bit, in one pass; summed over the ranks.
   const torch::Tensor scale = scales.unsqueeze(2);  // [ranks, count, 1]
   const torch::Tensor sum =
-      torch::where(bits.view({ranks, count, chunk_}), scale, scale.neg()).sum(0);
-  return sum.view({-1}).narrow(0, range.offset - first * chunk_, range.numel);
+      torch::where(bits.view({ranks, count, chunk}), scale, scale.neg()).sum(0);
+  return sum.view({-1}).narrow(0, range.offset - first * chunk, range.numel);
 }
 
 }  // namespace dtrain::dist::compression

@@ -25,6 +25,16 @@ class OnebitCodec : public GatheredCodec {
   int64_t chunk_;
 };
 
+// The primitives on a flat tensor, which the parameter server's messages use too
+// (dist/ps/push_codec.h). Message: one scale per `chunk` elements (the input's dtype), then
+// the packed signs (bit set: >= 0), as bytes.
+torch::Tensor onebit_encode(const torch::Tensor& input, int64_t chunk);
+// Elements `range` of the sum of the decoded `messages` [ranks, message bytes], each encoding
+// an input of `numel` elements: [range.numel] like `like`. Decodes only the chunks that cover
+// `range`.
+torch::Tensor onebit_decode_sum(const torch::Tensor& messages, int64_t numel, Range range,
+                                const torch::Tensor& like, int64_t chunk);
+
 // The signs of `input` (numel a multiple of 8), packed: bit b of byte i set where element
 // 8i + b >= 0 (as -0.0 is).
 torch::Tensor pack_signs(const torch::Tensor& input);

@@ -12,13 +12,13 @@ namespace {
 
 constexpr double kWarmupStartRatio = 0.25;  // DGC: 75% sparsity in the first warm-up epoch
 
+}  // namespace
+
 std::vector<std::string> topk_slots(const CompressionOptions& options) {
   if (!options.error_feedback) return {};
   if (options.momentum > 0) return {"residual", "momentum"};
   return {"residual"};
 }
-
-}  // namespace
 
 int64_t topk_count(int64_t numel, double ratio, int64_t step, int64_t warmup_steps) {
   if (step < warmup_steps && ratio < kWarmupStartRatio) {
@@ -52,18 +52,16 @@ std::unique_ptr<Work> TopkCodec::launch(Bucket& bucket, int64_t step) {
   return GatheredCodec::launch(bucket, step);
 }
 
-torch::Tensor TopkCodec::encode(const torch::Tensor& input, int64_t step) const {
+torch::Tensor topk_encode(const torch::Tensor& input, int64_t k) {
   DTRAIN_CHECK(input.numel() <= std::numeric_limits<int32_t>::max(),
                "topk: a bucket of {} elements exceeds int32 indices", input.numel());
-  const int64_t k = topk_count(input.numel(), ratio_, step, warmup_steps_);
   const torch::Tensor indices = std::get<1>(input.abs().topk(k, 0, true, false));
   const torch::Tensor values = input.index_select(0, indices);
   return torch::cat({to_bytes(values), to_bytes(indices.to(torch::kInt32))});
 }
 
-torch::Tensor TopkCodec::decode_sum(const torch::Tensor& messages, int64_t numel, Range range,
-                                    const torch::Tensor& like) const {
-  (void)numel;  // the indices say where each value goes
+torch::Tensor topk_decode_sum(const torch::Tensor& messages, Range range,
+                              const torch::Tensor& like) {
   const int64_t value_bytes = like.element_size();
   const int64_t k = messages.size(1) / (value_bytes + 4);
   const torch::Tensor values =
@@ -77,6 +75,16 @@ torch::Tensor TopkCodec::decode_sum(const torch::Tensor& messages, int64_t numel
   torch::Tensor sum = torch::zeros({range.numel + 1}, like.options());
   sum.index_add_(0, indices, values.reshape({-1}));
   return sum.narrow(0, 0, range.numel);
+}
+
+torch::Tensor TopkCodec::encode(const torch::Tensor& input, int64_t step) const {
+  return topk_encode(input, topk_count(input.numel(), ratio_, step, warmup_steps_));
+}
+
+torch::Tensor TopkCodec::decode_sum(const torch::Tensor& messages, int64_t numel, Range range,
+                                    const torch::Tensor& like) const {
+  (void)numel;  // the indices say where each value goes
+  return topk_decode_sum(messages, range, like);
 }
 
 }  // namespace dtrain::dist::compression

@@ -11,6 +11,18 @@ namespace dtrain::dist::compression {
 
 // Elements sent of a bucket of `numel` at `step` of the codec.
 int64_t topk_count(int64_t numel, double ratio, int64_t step, int64_t warmup_steps);
+// The codec's per-bucket state: none without error feedback, else the residual, then DGC's
+// velocity with `momentum`.
+std::vector<std::string> topk_slots(const CompressionOptions& options);
+
+// The primitives on a flat tensor, which the parameter server's messages use too
+// (dist/ps/push_codec.h). Message: the `k` elements of `input` of largest magnitude (the
+// input's dtype), then their k int32 indices, as bytes.
+torch::Tensor topk_encode(const torch::Tensor& input, int64_t k);
+// Elements `range` of the sum of the decoded `messages` [ranks, message bytes]: [range.numel]
+// like `like`.
+torch::Tensor topk_decode_sum(const torch::Tensor& messages, Range range,
+                              const torch::Tensor& like);
 
 class TopkCodec : public GatheredCodec {
  public:

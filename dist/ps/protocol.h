@@ -2,7 +2,8 @@
 // tensors. Messages between one worker and one server under one tag arrive in the order they
 // were sent (MPI's non-overtaking rule), so pushes and parameter messages need no sequence
 // numbers: the k-th push of a chunk is the worker's k-th step.
-//   worker -> server  push_tag(c)    chunk c's gradient, [numel]
+//   worker -> server  push_tag(c)    chunk c's gradient, [numel]; with dist.compression an
+//                                    encoded push instead (PushHeader below, then its payload)
 //   worker -> server  kControlTag    a Control, float64 [3]
 //   server -> worker  params_tag(c)  chunk c's parameters after `version` updates,
 //                                    [header + numel] (write_version below)
@@ -54,6 +55,26 @@ struct Control {
     return {static_cast<Command>(static_cast<int64_t>(v[0])), static_cast<int64_t>(v[1]), v[2]};
   }
 };
+
+// An encoded push (dist.compression, dist/ps/push_codec.h), uint8, self-describing: the
+// server needs only the chunk's numel and the parameters' dtype (both from the plan) beside it.
+//   bytes [0, 8)    int64 encoding (Encoding below)
+//   bytes [8, 16)   int64 parameter: topk k, onebit the elements per scale, otherwise 0
+//   bytes [16, ...) payload, values in the parameters' dtype:
+//     kDense   numel values (warm-up steps)
+//     kFp16,   the scale s (one value), then numel 2-byte values: the chunk x s, cast
+//     kBf16    (s = 2^floor(log2(2^15 / largest magnitude)), dist/compression/cast.h)
+//     kTopk    k values, then their k int32 indices in the chunk
+//     kOnebit  ceil(numel / parameter) scales, then the signs (bit set: >= 0), 8 to a byte,
+//              of the chunk padded to a whole number of scales
+// Sixteen header bytes keep the payload aligned to 8.
+enum class Encoding : int64_t { kDense = 0, kFp16 = 1, kBf16 = 2, kTopk = 3, kOnebit = 4 };
+struct PushHeader {
+  Encoding encoding = Encoding::kDense;
+  int64_t parameter = 0;
+};
+constexpr int64_t kPushHeaderBytes = 16;
+static_assert(sizeof(PushHeader) == kPushHeaderBytes);
 
 // A parameter message starts with the chunk's version (updates applied to it), an int64 in
 // the first 8 bytes of the tensor, whatever its floating dtype.

@@ -3,7 +3,9 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "dist/coalesced.h"
+#include "dist/comm/gather.h"
 #include "dist/comm/mpi_communicator.h"
+#include "dist/compression/codec_file.h"
 #include "dist/optimizer_state.h"
 #include "dist/placement.h"
 #include "dist/ps/protocol.h"
@@ -71,7 +73,7 @@ class PsStrategy::PushWork : public Work {
 
  private:
   void start_pushes() {
-    if (owner_.is_leader_) sends_ = owner_.push(bucket_, held_);
+    if (owner_.is_leader_) sends_ = owner_.push(bucket_, held_, messages_);
     pushing_ = true;
   }
 
@@ -81,16 +83,21 @@ class PsStrategy::PushWork : public Work {
   std::unique_ptr<Work> reduce_;
   bool pushing_ = false;
   std::vector<std::unique_ptr<Work>> sends_;
+  std::vector<torch::Tensor> messages_;  // encoded pushes: MPI reads them until sent
   std::shared_ptr<const TimePoint> started_, finished_;
 };
 
-PsStrategy::PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, double timeout_s)
+PsStrategy::PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, double timeout_s,
+                       CompressionOptions compression)
     : options_(std::move(options)),
+      compression_(std::move(compression)),
       consistency_(consistency_of(options_.consistency)),
       world_(std::move(world)),
       timeout_s_(timeout_s),
       current_(0, 1),
       last_(0, 1) {
+  const std::string refused = compressed_messages_error(compression_, options_);
+  if (!refused.empty()) throw UserError("dist.compression.kind: " + refused);
   // Roles come from the whole world, of which world_ may be a part (the workers' GPUs).
   const std::unique_ptr<Communicator> mpi_world = make_mpi_world(timeout_s_);
   const int ranks = mpi_world->size();
@@ -156,6 +163,7 @@ PsStrategy::PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, d
     setup.servers = servers;
     setup.timeout_s = timeout_s_;
     setup.tolerate_worker_loss = options_.tolerate_worker_loss;
+    setup.encoded_pushes = compression_.enabled();
     for (int s = 0; s < num_servers_; ++s) setup.server_ranks.push_back(server_rank(s));
     server_setup_ = std::move(setup);
   }
@@ -225,6 +233,10 @@ void PsStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_o
   receiving_.resize(chunks);
   expected_.assign(chunks, 0);
   read_version_.assign(chunks, 0);
+  if (compression_.enabled()) {
+    encoder_ = std::make_unique<ps::PushEncoder>(compression_, numels);
+    pushed_bytes_.assign(plan_.layout.size(), 0);
+  }
   bucket_of_first_param_.assign(params_.size(), -1);
   param_flat_ = move_into_buckets(params_, plan_.layout);
   for (size_t b = 0; b < plan_.layout.size(); ++b) {
@@ -369,30 +381,49 @@ std::unique_ptr<Work> PsStrategy::launch(Bucket& bucket) {
     node_grads_[b].copy_(bucket.flat);
     return std::make_unique<PushWork>(*this, b, node_grads_[b], hierarchy_->reduce(node_grads_[b]));
   }
-  const torch::Tensor host = bucket.flat.device().is_cpu() ? bucket.flat : bucket.flat.cpu();
-  return std::make_unique<PushWork>(*this, b, host, nullptr);
+  // A codec encodes on the gradients' device and copies only its messages to the host.
+  const bool on_host = encoder_ || bucket.flat.device().is_cpu();
+  return std::make_unique<PushWork>(*this, b, on_host ? bucket.flat : bucket.flat.cpu(), nullptr);
 }
 
-std::vector<std::unique_ptr<Work>> PsStrategy::push(int64_t b, const torch::Tensor& host) {
+std::vector<std::unique_ptr<Work>> PsStrategy::push(int64_t b, const torch::Tensor& grads,
+                                                    std::vector<torch::Tensor>& messages) {
+  const int64_t first = plan_.first_chunk[b];
+  const int64_t end = plan_.first_chunk[b + 1];
+  if (encoder_) {
+    std::vector<compression::Range> ranges;
+    for (int64_t c = first; c < end; ++c) {
+      ranges.push_back({plan_.chunks[c].offset, plan_.chunks[c].numel});
+    }
+    messages = encoder_->encode(b, plan_.layout[b], grads, ranges, step_);
+    pushed_bytes_[b] = 0;
+    for (const torch::Tensor& message : messages) pushed_bytes_[b] += message.numel();
+  }
   std::vector<std::unique_ptr<Work>> sends;
-  for (int64_t c = plan_.first_chunk[b]; c < plan_.first_chunk[b + 1]; ++c) {
+  for (int64_t c = first; c < end; ++c) {
     const PsChunk& chunk = plan_.chunks[c];
-    sends.push_back(requests_->send(host.narrow(0, chunk.offset, chunk.numel),
-                                   server_rank(chunk.server), ps::push_tag(c)));
+    const torch::Tensor message = encoder_ ? messages[static_cast<size_t>(c - first)]
+                                           : grads.narrow(0, chunk.offset, chunk.numel);
+    sends.push_back(requests_->send(message, server_rank(chunk.server), ps::push_tag(c)));
     if (consistency_ == Consistency::kAsync) ++expected_[c];
   }
   return sends;
 }
 
+int64_t PsStrategy::payload_bytes(const Bucket& bucket) const {
+  if (!encoder_) return CommHook::payload_bytes(bucket);
+  const int64_t b = bucket_of_first_param_.at(bucket.layout.params.front());
+  return pushed_bytes_.at(static_cast<size_t>(b));
+}
+
 void PsStrategy::record(Bucket& bucket, std::unique_ptr<Work> work, StepComm& into) {
-  const int64_t bytes = payload_bytes(bucket);
-  if (hierarchy_) {
+  if (hierarchy_) {  // the node's reduce is of the dense gradients
     std::unique_ptr<Work> reduce = static_cast<PushWork&>(*work).take_reduce();
     reduce->wait();  // returns at once: the push's test() saw it complete
-    hierarchy_->record_reduce(std::move(reduce), bytes, into);
+    hierarchy_->record_reduce(std::move(reduce), CommHook::payload_bytes(bucket), into);
     if (!is_leader_) return;
   }
-  into.add(Collective::kSend, Traffic::kGradients, bytes, std::move(work));
+  into.add(Collective::kSend, Traffic::kGradients, payload_bytes(bucket), std::move(work));
 }
 
 void PsStrategy::receive_params() {
@@ -457,7 +488,7 @@ void PsStrategy::send_control(int server, int64_t command, double value) {
 }
 
 void PsStrategy::before_forward(int64_t step) {
-  (void)step;
+  step_ = step;
   if (first_forward_) {
     commit_load();
     first_forward_ = false;
@@ -514,6 +545,8 @@ void PsStrategy::step(double lr) {
     send_control(s, static_cast<int64_t>(ps::Command::kStep), lr);
   }
   reducer_->after_step();
+  if (encoder_) encoder_->end_step();
+  if (server_) last_decode_ms_ = server_->take_decode_ms();
   ++clock_;
   // The control messages are small: sent by now or soon; keep those still in flight.
   for (size_t i = 0; i < control_sends_.size();) {
@@ -600,6 +633,12 @@ void PsStrategy::load_model_state(const NamedTensors& state) {
 }
 
 void PsStrategy::load(const std::string& dir) {
+  if (encoder_) {  // each worker its own residuals
+    std::optional<compression::CodecState> state = compression::read_codec_state(
+        dir, encoder_->kind(), encoder_->slots(), static_cast<int64_t>(params_.size()),
+        worker_index_, num_workers_, params_.front().device());
+    if (state) encoder_->set_state(std::move(*state));
+  }
   if (worker_index_ != 0) return;
   // Only rank 0 reads; the servers receive their pieces at the next forward or sync point,
   // once every worker has agreed the checkpoint loads (trainer/resume.cpp).
@@ -645,6 +684,12 @@ torch::Tensor PsStrategy::receive_state(int server) {
 
 void PsStrategy::prepare_checkpoint() {
   sync_point();
+  if (encoder_) {  // every worker's codec state, to rank 0, which writes them all
+    gathered_codec_states_ = all_gather_bytes(
+        *workers_comm_, compression::serialize_codec_state(encoder_->kind(), encoder_->slots(),
+                                                           encoder_->state(), num_workers_));
+    if (worker_index_ != 0) gathered_codec_states_.clear();
+  }
   if (worker_index_ != 0) return;
   // Rank 0 assembles whole tensors' states from every server's pieces.
   std::vector<ps::StateMessage> servers;
@@ -661,6 +706,7 @@ void PsStrategy::save(const std::string& dir) const {
   std::ofstream plan(dir + "/ps_plan.txt");
   plan << plan_.describe(names_, static_cast<int64_t>(params_.front().element_size()));
   if (!plan) throw UserError(fmt::format("{}/ps_plan.txt: cannot write", dir));
+  if (encoder_) compression::write_codec_states(dir, gathered_codec_states_);
 }
 
 void PsStrategy::finish() {
@@ -699,6 +745,10 @@ Stats PsStrategy::stats() const {
   }
   if (!last_.empty()) {
     for (Stat& stat : last_.stats()) stats.push_back(std::move(stat));
+  }
+  if (encoder_) {
+    for (Stat& stat : encoder_->stats()) stats.push_back(std::move(stat));
+    stats.push_back({"comm/decode_ms", last_decode_ms_});  // by this rank's server, if any
   }
   return stats;
 }

@@ -42,6 +42,11 @@
 // communicator of their own. The lost worker's shard of the data (training and test) is no
 // longer seen.
 //
+// Compressed pushes (dist.compression, not PowerSGD; dist/ps/push_codec.h): a worker (a
+// leader, with a hierarchy) encodes each chunk it pushes, with error feedback of its own,
+// and the chunk's server decodes it on arrival into the dense push it applies as before.
+// Each worker's codec state is checkpointed as codec_rank{W}.pt (worker W), as DDP's is.
+//
 // Checkpoints hold whole tensors: model.pt, and optimizer.pt assembled from the servers'
 // pieces, as single and ddp write them, so a run resumes on any number of servers, workers
 // or strategies, and ps resumes from theirs.
@@ -51,6 +56,7 @@
 #include "dist/options.h"
 #include "dist/ps/hierarchy.h"
 #include "dist/ps/plan.h"
+#include "dist/ps/push_codec.h"
 #include "dist/ps/server.h"
 #include "dist/reducer.h"
 #include "dist/step_comm.h"
@@ -72,7 +78,9 @@ class PsStrategy : public Strategy, private CommHook {
   // on a GPU worker, NCCL over the workers (every rank when colocated, the workers only when
   // dedicated); on a CPU rank, MPI. The roles come from the MPI world, and the protocol runs
   // over MPI with host tensors.
-  PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, double timeout_s);
+  // `compression`: the pushes' codec (kind "none": dense pushes).
+  PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, double timeout_s,
+             CompressionOptions compression = {});
   ~PsStrategy() override;
 
   std::string name() const override { return "ps"; }
@@ -107,6 +115,8 @@ class PsStrategy : public Strategy, private CommHook {
   int64_t last_staleness() const { return last_staleness_; }
   // Ranks that push and pull: every worker, or one leader per node with a hierarchy.
   int num_leaders() const;
+  // The pushes' codec (none without dist.compression, and on server ranks).
+  const ps::PushEncoder* push_encoder() const { return encoder_.get(); }
 
  private:
   class PushWork;
@@ -133,8 +143,12 @@ class PsStrategy : public Strategy, private CommHook {
   Collective collective() const override { return Collective::kSend; }
   // A hierarchy's bucket work is a node reduce and, on a leader, the pushes: both counted.
   void record(Bucket& bucket, std::unique_ptr<Work> work, StepComm& into) override;
-  // Sends bucket `bucket`'s chunks of `host` (its gradients on the host) to their servers.
-  std::vector<std::unique_ptr<Work>> push(int64_t bucket, const torch::Tensor& host);
+  // Sends bucket `bucket`'s chunks of `grads` (its gradients, on the host; with a codec on
+  // any device, encoded first into `messages`, which the caller keeps until the sends
+  // complete: MPI reads them) to their servers.
+  std::vector<std::unique_ptr<Work>> push(int64_t bucket, const torch::Tensor& grads,
+                                          std::vector<torch::Tensor>& messages);
+  int64_t payload_bytes(const Bucket& bucket) const override;
 
   // Every rank, servers too, starts from rank 0's parameters and buffers. Collective.
   void broadcast_rank0_model();
@@ -168,6 +182,7 @@ class PsStrategy : public Strategy, private CommHook {
   torch::Tensor receive_state(int server);
 
   PsOptions options_;
+  CompressionOptions compression_;
   Consistency consistency_;
   std::shared_ptr<Communicator> world_;  // this rank's device communicator (see the constructor)
   double timeout_s_;
@@ -215,6 +230,15 @@ class PsStrategy : public Strategy, private CommHook {
   // sync point or forward.
   std::unique_ptr<torch::optim::Optimizer> whole_;
   bool load_pending_ = false;
+
+  // Compressed pushes: the encoder (workers), the trainer's step (the codec's schedule and
+  // warm-up count from it), each bucket's bytes sent in its last push, and rank 0's gathered
+  // codec states between prepare_checkpoint() and save().
+  std::unique_ptr<ps::PushEncoder> encoder_;
+  int64_t step_ = 0;
+  std::vector<int64_t> pushed_bytes_;
+  std::vector<std::string> gathered_codec_states_;
+  double last_decode_ms_ = 0.0;  // this rank's server's decoding in the last step
 
   // Stats.
   StepComm current_, last_;

@@ -58,6 +58,9 @@ struct PsServerSetup {
   // in `requests` these are, in server order.
   bool tolerate_worker_loss = false;
   std::vector<int> server_ranks;
+  // dist.compression: every push is an encoded message (dist/ps/protocol.h), decoded on
+  // arrival into the dense gradient a push otherwise is.
+  bool encoded_pushes = false;
 };
 
 class PsServer {
@@ -84,6 +87,8 @@ class PsServer {
   // Elements of parameters held here.
   int64_t numel() const { return shard_.numel(); }
   double optimizer_state_mb() const { return shard_.optimizer_state_mb(); }
+  // Milliseconds spent decoding encoded pushes since the last call.
+  double take_decode_ms();
 
  private:
   // A roll call's part is received beside the pushes, under this "chunk".
@@ -123,6 +128,9 @@ class PsServer {
   // a message is on its way.
   bool owed() const;
   torch::Tensor buffer_for(int64_t local);  // a push buffer of local chunk `local`
+  // The dense gradient of a received push of local chunk `local`: `received` itself, or
+  // decoded from it (encoded pushes).
+  torch::Tensor dense_push(int64_t local, torch::Tensor received);
   size_t worker_of(int rank) const;
 
   PsServerSetup s_;
@@ -147,6 +155,8 @@ class PsServer {
   std::vector<torch::Tensor> abandoned_buffers_;
   // serve()'s timeout: the last message, or the last moment nothing was owed.
   std::chrono::steady_clock::time_point last_arrival_;
+  double decode_ms_ = 0.0, total_decode_ms_ = 0.0;  // since take_decode_ms(), and in all
+  int64_t decoded_ = 0;                              // pushes decoded in all
 };
 
 }  // namespace dtrain::dist

@@ -5,7 +5,8 @@
 # checkpoint resumed on 1 rank says that the residuals restart from zero, and trains on, and
 # resumed under ZeRO-2 on 2 ranks takes the residuals (kept by parameter) as they are. The
 # parameter server (configs/fashion_mnist_ps.toml, collectives, SSP(1) with exact reads) with
-# one-bit pushes resumes bitwise too; over the messages transport a codec is one config error.
+# one-bit pushes resumes bitwise too, and so does the messages transport with top-k pushes to a
+# dedicated server; PowerSGD over the messages transport is one config error.
 #   usage: ... TRAINER SOURCE_DIR
 set -euo pipefail
 trainer=$1 source=$2
@@ -76,13 +77,26 @@ run 2 "$tmp/ps-onebit-resumed" $ps --resume
 cmp "$tmp/ps-onebit-straight/r/checkpoints/step_00000012/model.pt" \
     "$tmp/ps-onebit-resumed/r/checkpoints/step_00000012/model.pt"
 echo "ok: resumed ps one-bit run over collectives matches the straight run bitwise"
+# The messages transport: top-k pushes with DGC momentum to a dedicated server under bsp, each
+# worker's residuals and velocity in codec_rank{W}.pt.
+msg="--set dist.ps.placement=dedicated --set dist.ps.consistency=bsp --set dist.compression.kind=topk
+     $dgc --set dist.compression.warmup_steps=2"
+# shellcheck disable=SC2086
+run 3 "$tmp/ps-messages-straight" $msg
+test -f "$tmp/ps-messages-straight/r/checkpoints/step_00000006/codec_rank1.pt"
+resume_from_step_6 "$tmp/ps-messages-straight" "$tmp/ps-messages-resumed"
+# shellcheck disable=SC2086
+run 3 "$tmp/ps-messages-resumed" $msg --resume
+cmp "$tmp/ps-messages-straight/r/checkpoints/step_00000012/model.pt" \
+    "$tmp/ps-messages-resumed/r/checkpoints/step_00000012/model.pt"
+echo "ok: resumed ps top-k run over messages matches the straight run bitwise"
 status=0
 "$source/scripts/mpirun.sh" -np 2 --oversubscribe "$trainer" \
   --config "$source/configs/fashion_mnist_ps.toml" --set run.out_dir="$tmp/ps-messages" \
-  --set dist.compression.kind=topk >"$tmp/ps-messages.log" 2>&1 || status=$?
-if [[ $status != 2 ]] || ! grep -q "compressed pushes under dist.strategy = \"ps\" need the collective transport" \
+  --set dist.compression.kind=powersgd >"$tmp/ps-messages.log" 2>&1 || status=$?
+if [[ $status != 2 ]] || ! grep -q "\"powersgd\" is not available over the parameter server's messages transport" \
     "$tmp/ps-messages.log"; then
   cat "$tmp/ps-messages.log"
   exit 1
 fi
-echo "ok: a codec over the messages transport is refused in one line"
+echo "ok: PowerSGD over the messages transport is refused in one line"

@@ -196,19 +196,28 @@ TEST_CASE("dist.compression: kinds, ranges and strategies are checked", "[config
                                    "or kind = \"none\" under \"zero\" stage " +
                                    std::to_string(stage)});
   }
-  // Under the parameter server only the collective transport compresses.
+  // Under the parameter server both transports compress; over messages, all but PowerSGD.
   CHECK(problems_of("", {"dist.strategy=ps", "dist.ps.transport=collectives",
-                         "dist.compression.kind=onebit"})
+                         "dist.compression.kind=powersgd"})
             .empty());
   for (const char* messages :
        {"dist.ps.transport=messages", "dist.ps.consistency=async", "dist.ps.placement=dedicated"}) {
-    CHECK(problems_of("", {"dist.strategy=ps", messages, "dist.compression.kind=topk"}) ==
+    for (const char* kind : {"dist.compression.kind=fp16", "dist.compression.kind=bf16",
+                             "dist.compression.kind=topk", "dist.compression.kind=onebit"}) {
+      CHECK(problems_of("", {"dist.strategy=ps", messages, kind}).empty());
+    }
+    CHECK(problems_of("", {"dist.strategy=ps", messages, "dist.compression.kind=powersgd"}) ==
           std::vector<std::string>{
-              "--set dist.compression.kind: \"topk\": compressed pushes under dist.strategy = "
-              "\"ps\" need the collective transport (placement \"colocated\", consistency "
-              "\"bsp\" or \"ssp\", dist.ps.transport = \"collectives\"); the messages transport "
-              "sends uncompressed gradients in this version: use kind = \"none\" with it"});
+              "--set dist.compression.kind: \"powersgd\" is not available over the parameter "
+              "server's messages transport: its power iteration all-reduces its factors across "
+              "the workers, which pushes to servers have no form of; use it with placement "
+              "\"colocated\", consistency \"bsp\" or \"ssp\" and dist.ps.transport = "
+              "\"collectives\", or another codec"});
   }
+  CHECK(problems_of("", {"dist.strategy=ps", "dist.ps.placement=dedicated",
+                         "dist.ps.consistency=async", "dist.ps.tolerate_worker_loss=true",
+                         "dist.compression.kind=fp16"})
+            .size() == 1);
   CHECK(problems_of("", {"dist.strategy=zero", "dist.zero.stage=2",
                          "dist.compression.kind=topk"})
             .empty());
