@@ -7,7 +7,7 @@
 # Cost, measured 2026-11-27 on a shared 2-core machine (load average 6 to 10 from other builds):
 # the cold build (no ccache hits) of these 165 steps took 58 min at -j1 (31 min of CPU: about
 # 16 min at -j2 on an idle 2-core machine; not measured at -j2); a build with nothing changed
-# and the tests took 5.4 min: the unit tests 78 s, the trainer's and multi-rank tests 245 s.
+# and the tests took 4 to 5.5 min: the unit tests 78 s, the trainer's and multi-rank tests 245 s.
 # CI keeps ccache between runs, so only the files a change touches compile again.
 #   usage: tests/sanitize/run.sh SOURCE_DIR BUILD_DIR
 # DTRAIN_SANITIZE_JOBS (default 2) sets the build's parallelism.
