@@ -72,8 +72,11 @@ std::set<std::string> torchvision_keys(int depth) {
 }
 
 torch::Tensor state_tensor(torch::nn::Module& module, const std::string& key) {
-  if (const auto* param = module.named_parameters().find(key)) return *param;
-  if (const auto* buffer = module.named_buffers().find(key)) return *buffer;
+  // The dicts are held: find() points into them.
+  const auto parameters = module.named_parameters();
+  if (const auto* param = parameters.find(key)) return *param;
+  const auto buffers = module.named_buffers();
+  if (const auto* buffer = buffers.find(key)) return *buffer;
   FAIL("no tensor " << key);
   return {};
 }
