@@ -40,6 +40,9 @@ ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -R '^(common|models|data|o
 # allocates (op tables, hwloc topology, its plugins' constructors) to the end: with full stacks
 # (fast_unwind_on_malloc=0) every leak report of collectives_test on 2 ranks had an MPI frame,
 # but that made the test 15 times slower (43 s, not 3 s), and with the fast unwinder the stacks
-# stop inside
-# MPI's dlopen'ed plugins, which a suppression cannot name. So no leak check here.
-ASAN_OPTIONS=detect_leaks=0 exec ctest --output-on-failure -R '^trainer\.|^dist\..*\.np[23]$'
+# stop inside MPI's dlopen'ed plugins, which a suppression cannot name. So no leak check here.
+# A failed run is tried once more: on a loaded machine Open MPI 4.1's mpirun now and then
+# reports a rank that had finished as "exiting improperly" (PID 0; open-mpi/ompi#7833), 2 of 50
+# runs here with every assertion passed and no report. A deterministic finding fails both.
+ASAN_OPTIONS=detect_leaks=0 exec ctest --output-on-failure --repeat until-pass:2 \
+  -R '^trainer\.|^dist\..*\.np[23]$'
