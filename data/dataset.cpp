@@ -89,6 +89,10 @@ std::string folder_problem(const std::string& path) {
   return "";
 }
 
+void Dataset::stage(int64_t index, uint64_t seed, StagedSample& out) const {
+  DTRAIN_CHECK(false, "stage() of a dataset whose samples are not staged");
+}
+
 std::unique_ptr<Dataset> open_dataset(const DataOptions& options, Split split) {
   const std::string& name = options.dataset;
   if (name == "synthetic") return open_synthetic(options);

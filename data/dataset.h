@@ -2,14 +2,23 @@
 #pragma once
 
 #include "data/options.h"
+#include "data/resample.h"
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace dtrain::data {
 
 enum class Split { kTrain, kTest };
+
+// A sample whose last stage (data/resample.h) is left to whoever assembles the batch, so that
+// it can run on the device: the decoded region and its geometry (offset 0, label set).
+struct StagedSample {
+  std::vector<uint8_t> pixels;  // HWC RGB, geometry.height x geometry.width x 3
+  ResampleGeometry geometry;
+};
 
 struct SampleShape {
   int64_t channels;
@@ -32,6 +41,11 @@ class Dataset {
   virtual int64_t get(int64_t index, float* out, uint64_t seed) const = 0;
   // The data lives on the device already (synthetic): the loader hands out device batches.
   virtual bool on_device() const { return false; }
+  // Image datasets whose samples can be finished on the device (3 x H x W RGB of shape(),
+  // normalised with imagenet_normalisation()) say so and implement stage(): the sample that
+  // get() would write, but for its last stage. Thread-safe like get().
+  virtual bool stages_samples() const { return false; }
+  virtual void stage(int64_t index, uint64_t seed, StagedSample& out) const;
   // Files left out when the dataset was opened (data.skip_bad_images).
   virtual int64_t num_skipped() const { return 0; }
 };

@@ -1,8 +1,11 @@
 #include "data/loader.h"
 
 #include "common/error.h"
+#include "data/resample_device.h"
 
 #include <atomic>
+#include <chrono>
+#include <cstring>
 #include <condition_variable>
 #include <exception>
 #include <map>
@@ -12,6 +15,14 @@
 #include <vector>
 
 namespace dtrain::data {
+namespace {
+
+// Pinned when the batch goes to a GPU: the copy is then non_blocking.
+torch::TensorOptions host_options(torch::Dtype dtype, const torch::Device& device) {
+  return torch::TensorOptions().dtype(dtype).pinned_memory(device.is_cuda());
+}
+
+}  // namespace
 
 class Loader::Impl {
  public:
@@ -21,14 +32,22 @@ class Loader::Impl {
 
   void start(int64_t epoch, int64_t first_step);
   bool next(Batch& batch);
+  LoaderStats take_stats();
 
  private:
   struct Slot {
-    Batch host;  // [n, C, H, W] float32 and [n] int64, on the host
+    Batch host;  // [n, C, H, W] float32 (not with finish_on_device) and [n] int64, on the host
+    // finish_on_device: the samples' regions and geometry, as bytes (Dataset::stage)
+    torch::Tensor pixels;
+    torch::Tensor geometry;
     std::exception_ptr error;
   };
 
-  Slot make(int64_t item) const;
+  Slot make(int64_t item);
+  void make_samples(const std::vector<int64_t>& indices, Slot& slot) const;
+  void stage_samples(const std::vector<int64_t>& indices, Slot& slot) const;
+  uint64_t sample_seed(int64_t index) const;
+  int64_t checked_label(int64_t index, int64_t label) const;
   void work();
   void stop();
   Batch to_device(Batch host) const;
@@ -51,6 +70,8 @@ class Loader::Impl {
   bool stopping_ = false;
   std::map<int64_t, Slot> ready_;
   std::atomic<bool> cancel_{false};  // workers abandon the batch they are on
+  std::atomic<int64_t> images_made_{0};
+  std::atomic<int64_t> worker_nanoseconds_{0};
   std::mutex mutex_;
   std::condition_variable produced_;
   std::condition_variable consumed_;
@@ -66,6 +87,10 @@ Loader::Impl::Impl(std::shared_ptr<const Dataset> dataset, const ShardedSampler&
   DTRAIN_CHECK(sampler_.options().dataset_size == dataset_->size(),
                "sampler over {} samples for a dataset of {}", sampler_.options().dataset_size,
                dataset_->size());
+  DTRAIN_CHECK(!options_.finish_on_device || (dataset_->stages_samples() && device_.is_cuda() &&
+                                              can_resample_on_device()),
+               "finish_on_device needs a dataset that stages samples, a CUDA device and the "
+               "resampling kernel");
   if (dataset_->on_device()) make_device_batch();
 }
 
@@ -128,35 +153,87 @@ void Loader::Impl::work() {
 }
 
 // Micro-batch `item` of the epoch on the host; a failure is kept in the slot for next().
-Loader::Impl::Slot Loader::Impl::make(int64_t item) const {
+Loader::Impl::Slot Loader::Impl::make(int64_t item) {
+  const auto start = std::chrono::steady_clock::now();
   Slot slot;
   try {
     const int64_t accum = sampler_.options().grad_accum;
     const std::vector<int64_t> indices =
         sampler_.indices(epoch_, first_step_ + item / accum, item % accum);
-    const auto n = static_cast<int64_t>(indices.size());
-    auto host = torch::TensorOptions().dtype(torch::kFloat32);
-    if (device_.is_cuda()) host = host.pinned_memory(true);  // for the non_blocking copy
-    slot.host.images = torch::empty({n, shape_.channels, shape_.height, shape_.width}, host);
-    slot.host.labels = torch::empty({n}, host.dtype(torch::kInt64));
-    float* images = slot.host.images.data_ptr<float>();
-    int64_t* labels = slot.host.labels.data_ptr<int64_t>();
-    const int64_t numel = shape_.numel();
-    const int64_t num_classes = dataset_->num_classes();
-    for (int64_t i = 0; i < n; ++i) {
-      if (cancel_.load(std::memory_order_relaxed)) break;  // stop() discards this batch
-      const int64_t index = indices[static_cast<size_t>(i)];
-      const uint64_t seed = mix_seed(options_.seed, static_cast<uint64_t>(epoch_),
-                                     static_cast<uint64_t>(index));
-      const int64_t label = dataset_->get(index, images + i * numel, seed);
-      DTRAIN_CHECK(label >= 0 && label < num_classes, "sample {} has label {} of {} classes",
-                   index, label, num_classes);
-      labels[i] = label;
+    if (options_.finish_on_device) {
+      stage_samples(indices, slot);
+    } else {
+      make_samples(indices, slot);
     }
+    images_made_ += static_cast<int64_t>(indices.size());
   } catch (...) {
     slot.error = std::current_exception();
   }
+  worker_nanoseconds_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now() - start)
+                             .count();
   return slot;
+}
+
+// Sample `index`'s seed: a function of the run's seed, the epoch and the index alone.
+uint64_t Loader::Impl::sample_seed(int64_t index) const {
+  return mix_seed(options_.seed, static_cast<uint64_t>(epoch_), static_cast<uint64_t>(index));
+}
+
+int64_t Loader::Impl::checked_label(int64_t index, int64_t label) const {
+  DTRAIN_CHECK(label >= 0 && label < dataset_->num_classes(),
+               "sample {} has label {} of {} classes", index, label, dataset_->num_classes());
+  return label;
+}
+
+// The finished samples: [n, C, H, W] float32 and their labels.
+void Loader::Impl::make_samples(const std::vector<int64_t>& indices, Slot& slot) const {
+  const auto n = static_cast<int64_t>(indices.size());
+  slot.host.images = torch::empty({n, shape_.channels, shape_.height, shape_.width},
+                                  host_options(torch::kFloat32, device_));
+  slot.host.labels = torch::empty({n}, host_options(torch::kInt64, device_));
+  float* images = slot.host.images.data_ptr<float>();
+  int64_t* labels = slot.host.labels.data_ptr<int64_t>();
+  const int64_t numel = shape_.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    if (cancel_.load(std::memory_order_relaxed)) break;  // stop() discards this batch
+    const int64_t index = indices[static_cast<size_t>(i)];
+    labels[i] = checked_label(index, dataset_->get(index, images + i * numel, sample_seed(index)));
+  }
+}
+
+// The decoded regions, packed one after another, and their geometry: the device finishes them.
+void Loader::Impl::stage_samples(const std::vector<int64_t>& indices, Slot& slot) const {
+  const size_t n = indices.size();
+  std::vector<StagedSample> samples(n);
+  int64_t bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (cancel_.load(std::memory_order_relaxed)) return;  // stop() discards this batch
+    dataset_->stage(indices[i], sample_seed(indices[i]), samples[i]);
+    checked_label(indices[i], samples[i].geometry.label);
+    samples[i].geometry.offset = bytes;
+    bytes += static_cast<int64_t>(samples[i].pixels.size());
+  }
+  const auto count = static_cast<int64_t>(n);
+  slot.pixels = torch::empty({bytes}, host_options(torch::kUInt8, device_));
+  slot.geometry = torch::empty({count * static_cast<int64_t>(sizeof(ResampleGeometry))},
+                               host_options(torch::kUInt8, device_));
+  slot.host.labels = torch::empty({count}, host_options(torch::kInt64, device_));
+  auto* geometry = reinterpret_cast<ResampleGeometry*>(slot.geometry.data_ptr<uint8_t>());
+  for (size_t i = 0; i < n; ++i) {
+    const StagedSample& sample = samples[i];
+    std::memcpy(slot.pixels.data_ptr<uint8_t>() + sample.geometry.offset, sample.pixels.data(),
+                sample.pixels.size());
+    geometry[i] = sample.geometry;
+    slot.host.labels.data_ptr<int64_t>()[i] = sample.geometry.label;
+  }
+}
+
+LoaderStats Loader::Impl::take_stats() {
+  LoaderStats stats;
+  stats.images = images_made_.exchange(0);
+  stats.worker_seconds = 1e-9 * static_cast<double>(worker_nanoseconds_.exchange(0));
+  return stats;
 }
 
 bool Loader::Impl::next(Batch& batch) {
@@ -190,6 +267,14 @@ bool Loader::Impl::next(Batch& batch) {
     consumed_.notify_all();
   }
   if (slot.error) std::rethrow_exception(slot.error);
+  if (slot.pixels.defined()) {
+    // Pinned sources: both copies and the kernel are queued on the current stream.
+    batch.images = resample_on_device(slot.pixels.to(device_, /*non_blocking=*/true),
+                                      slot.geometry.to(device_, /*non_blocking=*/true),
+                                      shape_.height, options_.channels_last);
+    batch.labels = slot.host.labels.to(device_, /*non_blocking=*/true);
+    return true;
+  }
   batch = to_device(std::move(slot.host));
   return true;
 }
@@ -218,5 +303,7 @@ Loader::~Loader() { impl_.reset(); }
 void Loader::start_epoch(int64_t epoch, int64_t first_step) { impl_->start(epoch, first_step); }
 
 bool Loader::next(Batch& batch) { return impl_->next(batch); }
+
+LoaderStats Loader::take_stats() { return impl_->take_stats(); }
 
 }  // namespace dtrain::data

@@ -1,5 +1,6 @@
 // The loader: worker threads prepare batches ahead (bounded), in the sampler's order, in
 // pinned memory, copied to the device asynchronously. Synthetic data stays on the device.
+// Image batches may leave their last stage (resize, crop, flip, normalise) to the device.
 //
 // Protocol, per epoch:
 //   1. start_epoch(e, s) stops any workers (they finish at most the sample they are on),
@@ -10,7 +11,8 @@
 //      dataset.get(j, ..., mix_seed(seed, e, j)), so the data does not depend on the
 //      number of workers or ranks.
 //   3. next() waits for batch k (or, with num_workers = 0, makes it on the spot), rethrows
-//      its worker's exception if it failed, and copies it to the device.
+//      its worker's exception if it failed, and copies it to the device (finishing it there
+//      with options.finish_on_device).
 #pragma once
 
 #include "data/dataset.h"
@@ -33,6 +35,16 @@ struct LoaderOptions {
   uint64_t seed = 0;
   // Only for the final copy; data prepared on the host stays float32 contiguous.
   bool channels_last = false;
+  // Workers only decode (Dataset::stage); the CUDA device resamples each batch in one kernel
+  // (data/resample_device.h). Needs a dataset that stages_samples() and a CUDA device.
+  bool finish_on_device = false;
+};
+
+// What the workers did since the previous take_stats(): a starved device shows as a high
+// wait in the trainer beside seconds per image here that the workers cannot keep up with.
+struct LoaderStats {
+  int64_t images = 0;
+  double worker_seconds = 0;  // summed over workers: reading, decoding, augmenting
 };
 
 class Loader {
@@ -55,6 +67,7 @@ class Loader {
   bool next(Batch& batch);
 
   const ShardedSampler& sampler() const { return sampler_; }
+  LoaderStats take_stats();
 
  private:
   class Impl;

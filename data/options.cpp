@@ -28,6 +28,11 @@ void DataOptions::declare(OptionSpecs& keys) {
   keys.add("skip_bad_images", &skip_bad_images,
            "image_folder: leave out truncated or non-JPEG/PNG files when the dataset is opened "
            "(logged with their count) instead of stopping at the first one loaded");
+  keys.add("image_transform", &image_transform,
+           "image_folder: where decoded images are resized, cropped, flipped and normalised: "
+           "device (a CUDA kernel per batch), host (the loader threads), auto (device on a "
+           "CUDA device)")
+      .one_of({"auto", "host", "device"});
   keys.add("synthetic_samples", &synthetic_samples, "synthetic: samples per epoch").at_least(1);
   keys.add("synthetic_classes", &synthetic_classes, "synthetic: classes").at_least(2);
   keys.add("synthetic_channels", &synthetic_channels, "synthetic: image channels").range(1, 64);

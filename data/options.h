@@ -40,6 +40,11 @@ struct DataOptions {
   // end marker) when the dataset is opened, and log how many; false: such a file is an error
   // when it is loaded. Details: data/image_list.h.
   bool skip_bad_images = false;
+  // image_folder: where samples are resized, cropped, flipped and normalised once the loader
+  // threads have decoded them: "device" (one CUDA kernel per batch, so the threads only
+  // decode), "host" (the loader threads), "auto" (device when training on a CUDA device and
+  // the build has the kernel, else host). Both give the same samples (data/resample.h).
+  std::string image_transform = "auto";
   // synthetic: samples per epoch, classes, channels and image side.
   int64_t synthetic_samples = 1281167;
   int64_t synthetic_classes = 1000;

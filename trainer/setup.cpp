@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "data/dataset.h"
+#include "data/resample_device.h"
 #include "dist/agreement.h"
 #include "dist/factory.h"
 #include "dist/placement.h"
@@ -103,6 +104,22 @@ void to_channels_last(torch::nn::Module& model) {
   }
 }
 
+// data.image_transform: whether the device resizes, crops, flips and normalises image batches.
+bool finish_on_device(const data::DataOptions& options, const data::Dataset& dataset,
+                      const torch::Device& device) {
+  const bool possible = dataset.stages_samples() && device.is_cuda() &&
+                        data::can_resample_on_device();
+  if (options.image_transform == "device" && !possible) {
+    throw UserError(fmt::format(
+        "data.image_transform = \"device\": {}; set it to \"host\" or \"auto\"",
+        !dataset.stages_samples() ? "only image_folder datasets are transformed on the device"
+        : !device.is_cuda()       ? "training does not run on a CUDA device"
+                                  : "this build has no CUDA resampling kernel (no nvcc when it "
+                                    "was built)"));
+  }
+  return options.image_transform != "host" && possible;
+}
+
 std::unique_ptr<data::Loader> make_loader(std::shared_ptr<const data::Dataset> dataset,
                                           const Config& config, data::Split split,
                                           const dist::DataGroup& group, torch::Device device) {
@@ -126,6 +143,7 @@ std::unique_ptr<data::Loader> make_loader(std::shared_ptr<const data::Dataset> d
   loading.prefetch = config.data.prefetch;
   loading.seed = sampling.seed;
   loading.channels_last = config.train.channels_last;
+  loading.finish_on_device = finish_on_device(config.data, *dataset, device);
   return std::make_unique<data::Loader>(std::move(dataset), data::ShardedSampler(sampling),
                                         loading, device);
 }
@@ -247,18 +265,18 @@ std::string describe_run(const Config& config, const RunSetup& setup) {
 #ifdef DTRAIN_CUDA
   cuda = fmt::format("yes ({} device(s) visible)", torch::cuda::device_count());
 #endif
-#ifdef DTRAIN_OPENCV
-  const char* opencv = "yes";
+#ifdef DTRAIN_IMAGE_CODECS
+  const char* images = "yes";
 #else
-  const char* opencv = "no";
+  const char* images = "no";
 #endif
   return fmt::format(
-      "dtrain {} | LibTorch {} | CUDA build {} | OpenCV {}\n"
+      "dtrain {} | LibTorch {} | CUDA build {} | JPEG/PNG {}\n"
       "run {} -> {}\n"
       "{} rank(s) on {} node(s) | device {}{} | {} torch threads | strategy {}\n"
       "model {} ({} parameters) | data {} | precision {}{}\n"
       "global batch {} ({} rank(s) x {} x {} micro-steps) | {} steps/epoch | {} steps",
-      dtrain_version(), TORCH_VERSION, cuda, opencv, config.run.name, setup.run_dir,
+      dtrain_version(), TORCH_VERSION, cuda, images, config.run.name, setup.run_dir,
       setup.world.size, setup.world.num_nodes, setup.device.str(), host_only_ranks(setup),
       torch::get_num_threads(),
       setup.strategy->name(), config.model.name, num_params,

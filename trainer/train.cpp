@@ -5,6 +5,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/config.h"
 #include "trainer/graphed_step.h"
+#include "trainer/input_meter.h"
 #include "trainer/memory_plan.h"
 #include "trainer/memory_stats.h"
 #include "trainer/metrics.h"
@@ -113,7 +114,7 @@ class Trainer {
       const int64_t epoch = step_ / s_.steps_per_epoch;
       const int64_t epoch_end = std::min((epoch + 1) * s_.steps_per_epoch, s_.total_steps);
       s_.train_loader->start_epoch(epoch, step_ - epoch * s_.steps_per_epoch);
-      interval_start_ = Clock::now();
+      start_interval();
       while (step_ < epoch_end && stop_signal_ == 0) {
         profiler_.before_step(step_);
         train_step();
@@ -149,7 +150,9 @@ class Trainer {
       data::Batch batch;
       {
         Timeline::Phase phase(timeline_, "data wait");
+        const Clock::time_point wait_start = Clock::now();
         DTRAIN_CHECK(s_.train_loader->next(batch), "loader ran out at step {}", step_);
+        input_meter_.add_wait(seconds_since(wait_start));
       }
       if (graphed_) {
         Timeline::Phase phase(timeline_, "forward and backward (CUDA graph)");
@@ -262,6 +265,9 @@ class Trainer {
                            {"lr", lr},
                            {"throughput/img_per_s", img_per_s},
                            {"time/step_ms", 1e3 * seconds / steps}};
+    for (auto& field : input_meter_.fields(*s_.train_loader, steps, seconds)) {
+      fields.push_back(std::move(field));
+    }
     // The strategy's figures of the interval's last step (reading them may wait for the
     // device): communication, memory.
     for (const dist::Stat& stat : s_.strategy->stats()) {
@@ -279,7 +285,7 @@ class Trainer {
     report_.zero_();
     interval_first_step_ = step_;
     nonfinite_in_interval_ = 0;
-    interval_start_ = Clock::now();
+    start_interval();
   }
 
   void end_epoch(int64_t epoch) {
@@ -327,7 +333,7 @@ class Trainer {
                     {"loss/test", result.loss},
                     {"accuracy/test", result.accuracy},
                     {"time/wall_s", train_seconds_before_ + seconds_since(process_start)}});
-    interval_start_ = Clock::now();  // evaluation time is not training throughput
+    start_interval();  // evaluation time is not training throughput
     return result;
   }
 
@@ -358,7 +364,7 @@ class Trainer {
     last_checkpoint_step_ = step_;
     checkpointer_.save(checkpoint_info(), model_state, *s_.strategy, to_toml(config_),
                        s_.world.rank, [this](bool ok) { return all_workers(ok); });
-    interval_start_ = Clock::now();
+    start_interval();
   }
 
   // Whether every worker passed true. Blocking: the host reads the sum, so on GPUs too it
@@ -431,6 +437,13 @@ class Trainer {
   double train_seconds_before_ = 0.0;  // earlier sessions of a resumed run
   Clock::time_point session_start_;
   Clock::time_point interval_start_;
+  InputMeter input_meter_;
+
+  // A logging interval starts: after a report, an evaluation, a checkpoint, an epoch's start.
+  void start_interval() {
+    interval_start_ = Clock::now();
+    input_meter_.restart(*s_.train_loader);
+  }
 };
 
 void write_text(const std::string& path, const std::string& text) {

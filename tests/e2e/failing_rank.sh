@@ -2,7 +2,7 @@
 # A rank that fails ends every rank at once: with one unreadable image in an image folder, a
 # 2-rank DDP run under the default dist.timeout_s (300 s) exits with code 2 within seconds,
 # with one line naming the rank and the file, and no rank blamed for not joining.
-# Skipped (77) in a build without OpenCV.   usage: failing_rank.sh TRAINER SOURCE_DIR
+# Skipped (77) in a build without a JPEG/PNG decoder.   usage: failing_rank.sh TRAINER SOURCE_DIR
 set -uo pipefail
 trainer=$1 source=$2
 tmp=$(mktemp -d)
@@ -31,8 +31,8 @@ args=(--config "$tmp/defaults.toml" --set run.device=cpu --set run.out_dir="$tmp
   --set train.epochs=1 --set dist.strategy=ddp)
 
 "$trainer" "${args[@]}" --set dist.strategy=single --dry-run >"$tmp/dry" 2>&1
-if grep -q "this build has no OpenCV" "$tmp/dry"; then
-  echo "skipped: this build has no OpenCV"
+if grep -q "this build has no JPEG/PNG decoder" "$tmp/dry"; then
+  echo "skipped: this build has no JPEG/PNG decoder"
   exit 77
 fi
 

@@ -4,7 +4,7 @@
 # the default job (DDP, 2 ranks, same seed and steps), to the IDX form's test accuracy within
 # 0.5 points. The folder run keeps the images as they are (image_size 28, center_crop_fraction
 # 1, no augmentation); what still differs is docs/PERFORMANCE.md's "Fashion-MNIST as an image
-# folder". Skipped (77) without the dataset, Pillow or OpenCV.   usage: ... TRAINER SOURCE_DIR
+# folder". Skipped (77) without the dataset, Pillow or a JPEG/PNG decoder.   usage: ... TRAINER SOURCE_DIR
 set -euo pipefail
 . "$(dirname "$0")/lib/fashion_mnist.sh"
 python=python3
@@ -19,8 +19,8 @@ run() {
   "$source_dir/scripts/mpirun.sh" -np 2 --oversubscribe "$trainer" \
     --config "$source_dir/configs/fashion_mnist.toml" --set train.epochs=1 \
     --set run.out_dir="$work/runs" --set run.name="$name" "$@" >"$work/$name.log" 2>&1 ||
-    { grep -q "this build has no OpenCV" "$work/$name.log" &&
-        { echo "skipped: this build has no OpenCV" >&2; exit 77; }
+    { grep -q "this build has no JPEG/PNG decoder" "$work/$name.log" &&
+        { echo "skipped: this build has no JPEG/PNG decoder" >&2; exit 77; }
       echo "FAIL: the $name run" >&2; tail "$work/$name.log" >&2; exit 1; }
   grep '"kind":"final"' "$work/runs/$name/metrics.jsonl" |
     sed 's/.*"accuracy\/test":\([0-9.]*\).*/\1/'
