@@ -10,12 +10,6 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
-#include <limits>
-
-#ifdef DTRAIN_OPENCV
-#include <opencv2/core.hpp>
-#include <opencv2/imgcodecs.hpp>
-#endif
 
 namespace dtrain::data {
 
@@ -127,25 +121,5 @@ std::string read_image_file(const std::string& path, std::vector<uint8_t>& bytes
   });
 }
 
-#ifdef DTRAIN_OPENCV
-
-std::string decode_image(const std::vector<uint8_t>& bytes, cv::Mat& bgr) {
-  std::string problem = image_bytes_problem(bytes);
-  if (!problem.empty()) return problem;
-  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
-    return "too large: OpenCV decodes images of less than 2 GiB";
-  }
-  try {
-    // IMREAD_COLOR: 8-bit BGR whatever the file holds (grey, alpha and 16-bit converted).
-    bgr = cv::imdecode(cv::_InputArray(bytes.data(), static_cast<int>(bytes.size())),
-                       cv::IMREAD_COLOR);
-  } catch (const cv::Exception& e) {
-    return fmt::format("corrupt: OpenCV cannot decode it: {}", e.err);
-  }
-  if (bgr.empty()) return "corrupt: the JPEG/PNG decoder rejects it";
-  return "";
-}
-
-#endif
 
 }  // namespace dtrain::data

@@ -1,6 +1,7 @@
-// One JPEG or PNG file: a cheap completeness check (signature and end marker) and decoding.
-// The check exists because OpenCV's decoders let damage through: libjpeg decodes a truncated
-// JPEG into a partly grey image and only prints a warning on stderr.
+// One JPEG or PNG file: a cheap completeness check (signature and end marker) and reading it.
+// The check exists because decoders let damage through: libjpeg decodes a truncated JPEG into
+// a partly grey image with only a warning, and with skip_bad_images the check runs on every
+// file of a folder when it opens, which a decode could not afford. Decoding: image_decode.h.
 #pragma once
 
 #include <cstddef>
@@ -8,11 +9,6 @@
 #include <string>
 #include <vector>
 
-#ifdef DTRAIN_OPENCV
-namespace cv {
-class Mat;  // declared, not included: tests use the checks without OpenCV's headers
-}  // namespace cv
-#endif
 
 namespace dtrain::data {
 
@@ -42,11 +38,5 @@ std::string image_file_problem(const std::string& path);
 
 // The whole file at `path` into `bytes`; returns the problem ("cannot open: ...") or "".
 std::string read_image_file(const std::string& path, std::vector<uint8_t>& bytes);
-
-#ifdef DTRAIN_OPENCV
-// Checks `bytes` with image_bytes_problem(), then decodes them into `bgr` (8-bit, 3 channels,
-// grey and alpha images converted). Returns the problem or "". Thread-safe.
-std::string decode_image(const std::vector<uint8_t>& bytes, cv::Mat& bgr);
-#endif
 
 }  // namespace dtrain::data
