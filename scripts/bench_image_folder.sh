@@ -62,7 +62,7 @@ torch_args=(--batch "$batch" --warmup "$warmup" --steps "$steps" --log-every "$l
   --model "$arch" --device "$device")
 if [ "$device" = cpu ]; then
   dtrain_args+=(--set run.device=cpu --set train.precision=fp32)
-  gpu="CPU ($(nproc) cores)"
+  gpu="CPU ($(getconf _NPROCESSORS_ONLN) cores)"
 else
   gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x $(nvidia-smi -L | wc -l)"
 fi
@@ -75,7 +75,7 @@ make_folder() {
     echo "reusing $folder ($want)"
   elif [ -e "$stamp" ] || [ ! -e "$folder" ]; then
     rm -rf "${folder:?}" "$folder.partial"
-    echo "making $folder: $images images on $(nproc) cores"
+    echo "making $folder: $images images on $(getconf _NPROCESSORS_ONLN) cores"
     python3 scripts/make_image_folder.py "$folder.partial" --images "$images" \
       --classes "$classes" \
       | tee "$out/make_image_folder.log"
