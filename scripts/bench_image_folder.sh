@@ -13,21 +13,28 @@
 #                          best of the worker counts in TORCH_WORKERS
 # One GPU: dtrain's `single` strategy (its step a CUDA graph) and plain PyTorch; more: DDP.
 #   usage: scripts/bench_image_folder.sh BUILD_DIR OUT_DIR ["1 4"]
-#   env:   WORKERS (12) dtrain loader threads per rank; TORCH_WORKERS ("8 15") DataLoader
-#          workers per rank, each count run; HOST (0) 1: also dtrain's host transform;
-#          WARMUP (60) and STEPS (60): steps left out, then steps measured (multiples of 20,
-#          the logging interval); FOLDER (/tmp/dtrain_imagenet_like) the image folder, made
-#          there when absent and reused by later calls on the same machine; a folder of your
-#          own (ImageNet: train/ and val/) is used as it is; IMAGES: images to make (default:
-#          enough that the largest GPU count's WARMUP + STEPS stay within one epoch, since
-#          both loaders refill their pipelines at an epoch's start; at least 25 x CLASSES),
-#          CLASSES (1000)
+#   env:   WORKERS (12): dtrain's loader threads per rank, and its data.prefetch (each thread
+#            fills a whole batch; more in the making would only stack up during the first
+#            step's cuDNN search and flatter the rate later)
+#          TORCH_WORKERS ("8 15"): DataLoader worker processes per rank, each count run
+#          HOST (0): 1 also runs dtrain with data.image_transform = host
+#          WARMUP (60), STEPS (60): steps left out, then steps measured (multiples of 20, the
+#            logging interval). The warm-up is long so that batches stacked up while the
+#            first step ran are used up before the clock starts.
+#          FOLDER (/tmp/dtrain_imagenet_like): the images, made there when absent and reused
+#            by later calls on the same machine; a folder of your own (ImageNet: train/ and
+#            val/) is used as it is
+#          IMAGES, CLASSES (1000): the folder to make; IMAGES by default just enough for the
+#            largest GPU count's WARMUP + STEPS to stay within one epoch (both loaders refill
+#            their pipelines at an epoch's start, which ImageNet's long epochs hide), and at
+#            least 25 a class
 # Prints one markdown table: img/s over all GPUs, that over the side's own synthetic rate,
-# the ms a step waited for the loader, CPU cores busy (rank 0's process and, for PyTorch, its
-# worker processes: CPU seconds over wall seconds) and dtrain's loader time per image; all
-# rank 0's, over the measured steps. Below it, each run's rate per logged interval, warm-up
-# included, to see it is steady. A failed run shows its log's tail and "-" in the table; the
-# others still run. Every run's log and metrics stay in OUT_DIR.
+# the ms a step waited for the loader, CPU cores busy (CPU seconds over wall seconds of
+# rank 0's process and, for PyTorch, its worker processes) and dtrain's loader-thread time per
+# image; all but img/s rank 0's, over the measured steps. Below it, each run's rate per logged
+# interval (warm-up included for dtrain; "|" where it ends), to see it is steady, and the
+# ratio dtrain / PyTorch on the folder. A failed run shows its log's tail and "-" in the
+# table; the others still run. Every run's log and metrics stay in OUT_DIR.
 # The folder is read from the page cache (it was just written or read): this measures
 # decoding and transforms, not storage.
 # Only for trying the script without a GPU: DEVICE=cpu (fp32), MODEL (resnet50), BATCH (128).
@@ -50,7 +57,7 @@ if ((warmup % log_every || steps % log_every || warmup < log_every || steps < lo
 fi
 max_gpus=$(printf '%s\n' "${counts[@]}" | sort -n | tail -1)
 # Train images for the largest count's steps plus one, val/ being 4% of all; at least 25 a
-# class, so that every class has an image in val/ (make_image_folder.py requires it).
+# class, so that every class has an image in val/ (make_image_folder.py requires one).
 classes=${CLASSES:-1000}
 needed=$(((warmup + steps + 1) * batch * max_gpus))
 images=$(((needed * 100 / 96 / 1000 + 1) * 1000))
@@ -178,6 +185,7 @@ for n in "${counts[@]}"; do
     row "$n" dtrain "folder, $transform transform, $workers threads" "$rate" "$base" "$wait" \
       "$cores" "$decode"
     details+=("$n GPUs, dtrain $transform transform: img/s per interval $rates")
+    if [ "$transform" = device ]; then dtrain_rate=$rate; fi
   done
 
   synth=$(timed 4 torch_run "$n" "torch_np${n}_synthetic" --synthetic)
@@ -197,6 +205,8 @@ for n in "${counts[@]}"; do
   read -r rate wait cores _ <<<"$best"
   row "$n" PyTorch "DataLoader, best of ${torch_workers[*]} workers: $best_workers" "$rate" \
     "$base" "$wait" "$cores" -
+  details+=("$n GPUs, on the folder: dtrain (device transform) / PyTorch (best) =" \
+    "$(ratio "$dtrain_rate" "$rate")")
 done
 
 echo
