@@ -166,6 +166,7 @@ make_folder
 echo "folder ready after $((SECONDS - start)) s" >&2
 rows=() details=()
 for n in "${counts[@]}"; do
+  dtrain_rate=-
   if [ "$device" != cpu ] && [ "$n" -gt "$(nvidia-smi -L | wc -l)" ]; then
     echo "skipping $n GPUs: this machine has $(nvidia-smi -L | wc -l)" >&2
     continue
@@ -205,8 +206,8 @@ for n in "${counts[@]}"; do
   read -r rate wait cores _ <<<"$best"
   row "$n" PyTorch "DataLoader, best of ${torch_workers[*]} workers: $best_workers" "$rate" \
     "$base" "$wait" "$cores" -
-  details+=("$n GPUs, on the folder: dtrain (device transform) / PyTorch (best) =" \
-    "$(ratio "$dtrain_rate" "$rate")")
+  speedup=$(ratio "$dtrain_rate" "$rate")
+  details+=("$n GPUs, on the folder: dtrain (device transform) / PyTorch (best) = $speedup")
 done
 
 echo
