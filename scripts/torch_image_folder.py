@@ -10,8 +10,8 @@ ResNet-50, bf16 autocast, channels_last, SGD momentum 0.9, lr 0.1, weight decay 
 loader is measured against.
 
 usage: [mpirun -np N [-x MASTER_PORT=P]] torch_image_folder.py --data DIR [--workers 8]
-           [--batch 128] [--warmup 40] [--steps 60] [--synthetic] [--device cuda|cpu]
-           [--model resnet50|resnet18]
+           [--batch 128] [--warmup 40] [--steps 60] [--log-every 20] [--synthetic]
+           [--device cuda|cpu] [--model resnet50|resnet18]
 Ranks come from Open MPI's environment (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK); the process
 group meets at MASTER_ADDR:MASTER_PORT (default 127.0.0.1:29500).
 
@@ -20,8 +20,8 @@ loader's workers, which start only after them, do not stack up 2 x workers batch
 that search: such a reserve would be drained in the timed window and inflate its rate. Then
 --warmup steps from the loader, then --steps timed ones between two device synchronisations.
 Prints one line on rank 0:
-  "torch MODEL DATA N GPU(s) batch B per GPU ...: img/s: X | data wait ms/step: W |
-   CPU cores busy: C"
+  "torch MODEL DATA N GPU(s) batch B per rank bf16 channels_last: img/s: X |
+   data wait ms/step: W | CPU cores busy: C"
 X over all ranks; W: rank 0's mean time blocked in next() on the loader's iterator; C: rank
 0's main process plus its DataLoader worker processes, CPU seconds (user + system, from
 /proc/PID/stat) over the timed window's wall seconds. Every --log-every timed steps rank 0
