@@ -303,9 +303,9 @@ std::string decode_region(const std::vector<uint8_t>& bytes, const Chooser& choo
 
 #else
 
-std::string decode_region(const std::vector<uint8_t>& bytes,
-                          const std::function<ImageRegion(int height, int width)>& choose,
-                          DecodedRegion& out) {
+std::string decode_region(const std::vector<uint8_t>&,
+                          const std::function<ImageRegion(int height, int width)>&,
+                          DecodedRegion&) {
   return "this build has no JPEG/PNG decoder (libjpeg-turbo, libpng): install "
          "libjpeg62-turbo-dev and libpng-dev (scripts/setup.sh) and configure again";
 }

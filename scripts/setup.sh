@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 packages=(
   g++ cmake ninja-build ccache pkg-config
   libtorch-dev libtomlplusplus-dev catch2 libfmt-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
-  libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
+  libjpeg62-turbo-dev libpng-dev  # the image decoder (data/image_decode.cpp)
+  libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev  # the tests' reference decoder
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist
   python3-pil  # tests/e2e/image_folder_accuracy.sh writes Fashion-MNIST as PNGs with it

@@ -8,9 +8,10 @@
 #include <png.h>
 
 #include <cstdint>
-#include <cstdio>  // before jpeglib.h, which uses FILE and size_t without including their headers
+#include <cstdio>  // before jpeglib.h, which uses FILE and size_t without including them
 #include <cstdlib>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -145,8 +146,8 @@ struct Fixture {
 // gradient32.jpg (written by OpenCV), then JPEGs of every layout, at odd sizes whose regions
 // cross iMCU edges.
 inline std::vector<Fixture> jpeg_fixtures() {
-  std::vector<Fixture> fixtures = {
-      {"gradient32.jpg", read_bytes(fs::path(DTRAIN_SOURCE_DIR) / "tests/data/files/gradient32.jpg")}};
+  const fs::path gradient = fs::path(DTRAIN_SOURCE_DIR) / "tests/data/files/gradient32.jpg";
+  std::vector<Fixture> fixtures = {{"gradient32.jpg", read_bytes(gradient)}};
   auto add = [&fixtures](const std::string& name, int width, int height, JpegLayout layout) {
     const auto samples = pattern(width, height, layout.components, fixtures.size());
     fixtures.push_back({name, jpeg_file(width, height, layout, samples)});
@@ -173,7 +174,7 @@ inline std::vector<Fixture> jpeg_fixtures() {
   return fixtures;
 }
 
-// PNGs of every colour type and bit depth, interlaced ones last.
+// PNGs of every colour type and bit depth; the last three: two interlaced ones and a 1x1.
 inline std::vector<Fixture> png_fixtures() {
   std::vector<Fixture> fixtures;
   auto add = [&fixtures](const std::string& name, PngLayout layout, int width = 45,
@@ -196,6 +197,13 @@ inline std::vector<Fixture> png_fixtures() {
   add("palette 4-bit interlaced", {PNG_COLOR_TYPE_PALETTE, 4, true});
   add("RGB 1x1", {}, 1, 1);
   return fixtures;
+}
+
+inline Fixture fixture_named(const std::vector<Fixture>& fixtures, const std::string& name) {
+  for (const Fixture& fixture : fixtures) {
+    if (fixture.name == name) return fixture;
+  }
+  throw std::runtime_error("no fixture named " + name);
 }
 
 }  // namespace dtrain::data::test

@@ -66,7 +66,8 @@ TEST_CASE("decode rate of a 500x375 JPEG, whole and regions", "[.][benchmark]") 
 #ifdef DTRAIN_OPENCV
   const cv::Mat encoded(1, static_cast<int>(jpeg.size()), CV_8UC1,
                         const_cast<uint8_t*>(jpeg.data()));
-  const double per_s = rate(1.0, [&](int) { REQUIRE(!cv::imdecode(encoded, cv::IMREAD_COLOR).empty()); });
+  const double per_s =
+      rate(1.0, [&](int) { REQUIRE(!cv::imdecode(encoded, cv::IMREAD_COLOR).empty()); });
   std::printf("cv::imdecode, whole image:                   %7.0f images/s\n", per_s);
 #endif
 }

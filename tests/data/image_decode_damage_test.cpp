@@ -40,14 +40,6 @@ std::string problem_of(const Bytes& bytes) {
   return problem;
 }
 
-test::Fixture fixture_named(const std::vector<test::Fixture>& fixtures, const std::string& name) {
-  for (const test::Fixture& fixture : fixtures) {
-    if (fixture.name == name) return fixture;
-  }
-  FAIL("no fixture " << name);
-  return {};
-}
-
 size_t find(const Bytes& bytes, const Bytes& part, size_t from = 0) {
   const auto at = std::search(bytes.begin() + static_cast<ptrdiff_t>(from), bytes.end(),
                               part.begin(), part.end());
@@ -115,7 +107,7 @@ TEST_CASE("a JPEG cut inside its scan, with an end marker put back, is corrupt",
   StderrCapture stderr_capture;
   for (const std::string name : {"4:2:0 250x187", "progressive 4:2:0 250x187", "CMYK 37x23"}) {
     INFO(name);
-    const Bytes jpeg = fixture_named(fixtures, name).bytes;
+    const Bytes jpeg = test::fixture_named(fixtures, name).bytes;
     const size_t start = jpeg_scan_start(jpeg), end = jpeg.size() - 16;
     for (size_t cut = start + 1; cut < end; cut += (end - start) / 17) {
       INFO("cut after " << cut << " of " << jpeg.size() << " bytes");
@@ -172,7 +164,7 @@ TEST_CASE("single flipped bytes anywhere neither crash nor print", "[image_decod
 }
 
 TEST_CASE("a JPEG header of no pixels or of too many is a problem", "[image_decode]") {
-  const Bytes jpeg = fixture_named(test::jpeg_fixtures(), "4:2:0 250x187").bytes;
+  const Bytes jpeg = test::fixture_named(test::jpeg_fixtures(), "4:2:0 250x187").bytes;
   const size_t sof = find(jpeg, {0xff, 0xc0});  // FF C0, length, precision, height, width
   auto with_size = [&](int height, int width) {
     Bytes sized = jpeg;
@@ -192,7 +184,7 @@ TEST_CASE("a JPEG header of no pixels or of too many is a problem", "[image_deco
 
 TEST_CASE("a PNG with a broken CRC, broken deflate data or too many pixels is a problem",
           "[image_decode]") {
-  const Bytes png = fixture_named(test::png_fixtures(), "RGB 8-bit").bytes;
+  const Bytes png = test::fixture_named(test::png_fixtures(), "RGB 8-bit").bytes;
   const size_t ihdr = find(png, {'I', 'H', 'D', 'R'}), idat = find(png, {'I', 'D', 'A', 'T'});
   StderrCapture stderr_capture;
   const size_t iend = find(png, {'I', 'E', 'N', 'D'});
@@ -223,7 +215,7 @@ TEST_CASE("a PNG with a broken CRC, broken deflate data or too many pixels is a 
 }
 
 TEST_CASE("image_bytes_problem's problems come first", "[image_decode]") {
-  const Bytes jpeg = fixture_named(test::jpeg_fixtures(), "4:2:0 37x23").bytes;
+  const Bytes jpeg = test::fixture_named(test::jpeg_fixtures(), "4:2:0 37x23").bytes;
   bool chose = false;
   DecodedRegion out;
   auto choose = [&chose](int height, int width) {
