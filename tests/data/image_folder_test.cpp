@@ -150,7 +150,8 @@ TEST_CASE("image folder: center_crop_fraction 1 passes images of image_size thro
     for (int c = 0; c < 3; ++c) {
       const auto channel = static_cast<size_t>(c);
       for (size_t j = 0; j < 144; ++j) {
-        REQUIRE(out[channel * 144 + j] == imagenet(c, pixels[3 * j + channel]));
+        // Float normalisation rounds differently from this double one; a level is 0.017.
+        REQUIRE(out[channel * 144 + j] == Approx(imagenet(c, pixels[3 * j + channel])).margin(1e-5));
       }
     }
   }
