@@ -12,7 +12,7 @@
 namespace dtrain::data {
 
 // The most pixels (height x width) of an image that decode_region() accepts: 16384 x 16384.
-// A progressive JPEG of this size holds 1.5 GiB of coefficients while it decodes.
+// A progressive JPEG of this size holds up to 1.5 GiB of coefficients (4:4:4) while it decodes.
 constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
 
 // A rectangle of an image, in pixels of the full image.
