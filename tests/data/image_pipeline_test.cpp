@@ -219,6 +219,66 @@ TEST_CASE("image folder: samples equal the OpenCV reference for the same seed an
 
 #endif  // DTRAIN_OPENCV
 
+namespace {
+
+// A folder of PNGs of assorted sizes (train/ and val/ alike), 2 classes.
+void write_folder(const fs::path& root, size_t count) {
+  const std::vector<std::pair<int, int>> sizes = {{500, 375}, {375, 500}, {64, 64}, {40, 30},
+                                                  {333, 500}, {800, 600}, {28, 28}};
+  for (size_t i = 0; i < count; ++i) {
+    const auto [width, height] = sizes[i % sizes.size()];
+    for (const char* split : {"train", "val"}) {
+      test::write_bytes(root / split / (i % 2 ? "odd" : "even") / (std::to_string(i) + ".png"),
+                        test::png_rgb(width, height, picture(width, height, i)));
+    }
+  }
+}
+
+DataOptions folder_options(const test::TempDir& dir) {
+  DataOptions options;
+  options.dataset = "image_folder";
+  options.path = dir.str();
+  options.image_size = 32;
+  return options;
+}
+
+dtrain::data::SamplerOptions sampler_options(const dtrain::data::Dataset& dataset, bool shuffle) {
+  dtrain::data::SamplerOptions sampling;
+  sampling.dataset_size = dataset.size();
+  sampling.batch_size = 5;
+  sampling.shuffle = shuffle;
+  sampling.drop_last = false;
+  return sampling;
+}
+
+}  // namespace
+
+TEST_CASE("loader: image-folder batches are the same for 0, 1 and 3 loader threads",
+          "[image_pipeline]") {
+  test::TempDir dir;
+  write_folder(dir.path(), 9);
+  std::shared_ptr<const dtrain::data::Dataset> dataset =
+      dtrain::data::open_dataset(folder_options(dir), Split::kTrain);
+  std::vector<torch::Tensor> first;
+  for (const int64_t workers : {0, 1, 3}) {
+    dtrain::data::LoaderOptions loading;
+    loading.num_workers = workers;
+    loading.seed = 11;
+    dtrain::data::Loader loader(dataset, dtrain::data::ShardedSampler(sampler_options(*dataset, true)),
+                                loading, torch::kCPU);
+    loader.start_epoch(1);
+    dtrain::data::Batch batch;
+    for (size_t b = 0; loader.next(batch); ++b) {
+      if (workers == 0) {
+        first.push_back(batch.images.clone());
+      } else {
+        REQUIRE(torch::equal(batch.images, first.at(b)));
+      }
+    }
+  }
+  CHECK(first.size() == 2);
+}
+
 TEST_CASE("loader: batches finished on a GPU equal those finished by the loader threads "
           "(skipped on CPU)",
           "[image_pipeline]") {
@@ -227,27 +287,12 @@ TEST_CASE("loader: batches finished on a GPU equal those finished by the loader 
     return;
   }
   test::TempDir dir;
-  const std::vector<std::pair<int, int>> sizes = {{500, 375}, {375, 500}, {64, 64}, {40, 30},
-                                                  {333, 500}, {800, 600}, {28, 28}};
-  for (size_t i = 0; i < 2 * sizes.size(); ++i) {
-    const auto [width, height] = sizes[i % sizes.size()];
-    for (const char* split : {"train", "val"}) {
-      test::write_bytes(dir.path() / split / (i % 2 ? "odd" : "even") / (std::to_string(i) + ".png"),
-                        test::png_rgb(width, height, picture(width, height, i)));
-    }
-  }
-  DataOptions options;
-  options.dataset = "image_folder";
-  options.path = dir.str();
-  options.image_size = 32;
+  write_folder(dir.path(), 14);
   const torch::Device cuda(torch::kCUDA, 0);
   for (const Split split : {Split::kTrain, Split::kTest}) {
-    std::shared_ptr<const dtrain::data::Dataset> dataset = dtrain::data::open_dataset(options, split);
-    dtrain::data::SamplerOptions sampling;
-    sampling.dataset_size = dataset->size();
-    sampling.batch_size = 5;
-    sampling.shuffle = split == Split::kTrain;
-    sampling.drop_last = false;
+    std::shared_ptr<const dtrain::data::Dataset> dataset =
+        dtrain::data::open_dataset(folder_options(dir), split);
+    const dtrain::data::SamplerOptions sampling = sampler_options(*dataset, split == Split::kTrain);
     dtrain::data::LoaderOptions host_finished;
     host_finished.num_workers = 3;
     dtrain::data::LoaderOptions device_finished = host_finished;
@@ -275,4 +320,30 @@ TEST_CASE("loader: batches finished on a GPU equal those finished by the loader 
       CHECK(batches == 3);
     }
   }
+}
+
+TEST_CASE("loader: a damaged file is an error naming it when the GPU finishes the batches "
+          "(skipped on CPU)",
+          "[image_pipeline]") {
+  if (!torch::cuda::is_available() || !dtrain::data::can_resample_on_device()) {
+    WARN("no CUDA device or no resampling kernel in this build: skipped");
+    return;
+  }
+  test::TempDir dir;
+  write_folder(dir.path(), 4);
+  std::vector<uint8_t> cut = test::png_rgb(64, 64, picture(64, 64, 3));
+  cut.resize(cut.size() - 30);
+  const fs::path damaged = dir.path() / "train" / "odd" / "5.png";
+  test::write_bytes(damaged, cut);
+  std::shared_ptr<const dtrain::data::Dataset> dataset =
+      dtrain::data::open_dataset(folder_options(dir), Split::kTrain);
+  dtrain::data::LoaderOptions loading;
+  loading.num_workers = 2;
+  loading.finish_on_device = true;
+  dtrain::data::Loader loader(dataset, dtrain::data::ShardedSampler(sampler_options(*dataset, false)),
+                              loading, torch::Device(torch::kCUDA, 0));
+  loader.start_epoch(0);
+  dtrain::data::Batch batch;
+  REQUIRE_THROWS_WITH([&] { while (loader.next(batch)) {} }(),
+                      Catch::Contains(damaged.string() + ": truncated: no PNG"));
 }
