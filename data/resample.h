@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #ifdef __CUDACC__
 #define DTRAIN_HOST_DEVICE __host__ __device__
@@ -123,41 +124,83 @@ DTRAIN_HOST_DEVICE inline bool uses_area(const ResampleGeometry& g) {
   return g.resized_width < g.width && g.resized_height < g.height;
 }
 
+// The pixel that `rows` x `columns` of the region (width `width`) average, normalised.
+DTRAIN_HOST_DEVICE inline void weighted_sum(const uint8_t* region, int width, const Taps& rows,
+                                            const Taps& columns, const PixelNormalisation& norm,
+                                            float rgb[3]) {
+  float sum[3] = {0.f, 0.f, 0.f};
+  for (int i = 0; i < rows.count; ++i) {
+    const uint8_t* line = region + static_cast<int64_t>(rows.first + i) * width * 3;
+    float line_sum[3] = {0.f, 0.f, 0.f};
+    for (int j = 0; j < columns.count; ++j) {
+      const uint8_t* pixel = line + (columns.first + j) * 3;
+      for (int c = 0; c < 3; ++c) line_sum[c] += columns.weight(j) * pixel[c];
+    }
+    for (int c = 0; c < 3; ++c) sum[c] += rows.weight(i) * line_sum[c];
+  }
+  for (int c = 0; c < 3; ++c) rgb[c] = sum[c] * norm.scale[c] + norm.bias[c];
+}
+
+// The taps of output column x (or row y) of the size x size window.
+DTRAIN_HOST_DEVICE inline Taps column_taps(const ResampleGeometry& g, int size, int x) {
+  const int column = g.left + (g.flip ? size - 1 - x : x);
+  return uses_area(g) ? area_taps(g.width, g.resized_width, column)
+                      : linear_taps(g.width, g.resized_width, column);
+}
+DTRAIN_HOST_DEVICE inline Taps row_taps(const ResampleGeometry& g, int y) {
+  return uses_area(g) ? area_taps(g.height, g.resized_height, g.top + y)
+                      : linear_taps(g.height, g.resized_height, g.top + y);
+}
+
 // Output pixel (y, x) of the size x size window, channels 0-2 normalised into rgb[0..2].
 // `pixels` is the batch's pixel buffer.
 DTRAIN_HOST_DEVICE inline void resample_pixel(const uint8_t* pixels, const ResampleGeometry& g,
                                               int size, int y, int x,
                                               const PixelNormalisation& norm, float rgb[3]) {
-  const int column = g.left + (g.flip ? size - 1 - x : x);
-  const int row = g.top + y;
-  const bool area = uses_area(g);
-  const Taps across = area ? area_taps(g.width, g.resized_width, column)
-                           : linear_taps(g.width, g.resized_width, column);
-  const Taps down = area ? area_taps(g.height, g.resized_height, row)
-                         : linear_taps(g.height, g.resized_height, row);
-  float sum[3] = {0.f, 0.f, 0.f};
-  const uint8_t* region = pixels + g.offset;
-  for (int i = 0; i < down.count; ++i) {
-    const uint8_t* line = region + static_cast<int64_t>(down.first + i) * g.width * 3;
-    float line_sum[3] = {0.f, 0.f, 0.f};
-    for (int j = 0; j < across.count; ++j) {
-      const uint8_t* pixel = line + (across.first + j) * 3;
-      for (int c = 0; c < 3; ++c) line_sum[c] += across.weight(j) * pixel[c];
-    }
-    for (int c = 0; c < 3; ++c) sum[c] += down.weight(i) * line_sum[c];
-  }
-  for (int c = 0; c < 3; ++c) rgb[c] = sum[c] * norm.scale[c] + norm.bias[c];
+  weighted_sum(pixels + g.offset, g.width, row_taps(g, y), column_taps(g, size, x), norm, rgb);
 }
 
-// The sample of geometry `g` on the host: out[3, size, size].
+// The sample of geometry `g` on the host: out[3, size, size]. The same sums as
+// resample_pixel(), in the same order, in two passes: each region row's sums over every
+// output column's taps (weighted_sum's line_sum) once, then each output pixel's over its rows,
+// where resample_pixel() works out every line sum again for every output row.
 inline void resample_on_host(const uint8_t* pixels, const ResampleGeometry& g, int size,
                              const PixelNormalisation& norm, float* out) {
-  const int64_t plane = static_cast<int64_t>(size) * size;
-  float rgb[3];
-  for (int y = 0; y < size; ++y) {
+  std::vector<Taps> columns(static_cast<size_t>(size));
+  for (int x = 0; x < size; ++x) columns[static_cast<size_t>(x)] = column_taps(g, size, x);
+  std::vector<Taps> rows(static_cast<size_t>(size));
+  for (int y = 0; y < size; ++y) rows[static_cast<size_t>(y)] = row_taps(g, y);
+  const int first_row = rows.front().first;
+  const int end_row = rows.back().first + rows.back().count;
+  // line_sums[r - first_row][x][c]
+  std::vector<float> line_sums(static_cast<size_t>(end_row - first_row) * size * 3);
+  const uint8_t* region = pixels + g.offset;
+  for (int r = first_row; r < end_row; ++r) {
+    const uint8_t* line = region + static_cast<int64_t>(r) * g.width * 3;
+    float* sums = line_sums.data() + static_cast<size_t>(r - first_row) * size * 3;
     for (int x = 0; x < size; ++x) {
-      resample_pixel(pixels, g, size, y, x, norm, rgb);
-      for (int c = 0; c < 3; ++c) out[c * plane + static_cast<int64_t>(y) * size + x] = rgb[c];
+      const Taps& taps = columns[static_cast<size_t>(x)];
+      float line_sum[3] = {0.f, 0.f, 0.f};
+      for (int j = 0; j < taps.count; ++j) {
+        const uint8_t* pixel = line + (taps.first + j) * 3;
+        for (int c = 0; c < 3; ++c) line_sum[c] += taps.weight(j) * pixel[c];
+      }
+      for (int c = 0; c < 3; ++c) sums[x * 3 + c] = line_sum[c];
+    }
+  }
+  const int64_t plane = static_cast<int64_t>(size) * size;
+  for (int y = 0; y < size; ++y) {
+    const Taps& taps = rows[static_cast<size_t>(y)];
+    for (int x = 0; x < size; ++x) {
+      float sum[3] = {0.f, 0.f, 0.f};
+      for (int i = 0; i < taps.count; ++i) {
+        const float* line_sum =
+            line_sums.data() + (static_cast<size_t>(taps.first + i - first_row) * size + x) * 3;
+        for (int c = 0; c < 3; ++c) sum[c] += taps.weight(i) * line_sum[c];
+      }
+      for (int c = 0; c < 3; ++c) {
+        out[c * plane + static_cast<int64_t>(y) * size + x] = sum[c] * norm.scale[c] + norm.bias[c];
+      }
     }
   }
 }
