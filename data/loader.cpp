@@ -268,10 +268,8 @@ bool Loader::Impl::next(Batch& batch) {
   }
   if (slot.error) std::rethrow_exception(slot.error);
   if (slot.pixels.defined()) {
-    // Pinned sources: both copies and the kernel are queued on the current stream.
-    batch.images = resample_on_device(slot.pixels.to(device_, /*non_blocking=*/true),
-                                      slot.geometry.to(device_, /*non_blocking=*/true),
-                                      shape_.height, options_.channels_last);
+    batch.images = resample_on_device(slot.pixels, slot.geometry, device_, shape_.height,
+                                      options_.channels_last);
     batch.labels = slot.host.labels.to(device_, /*non_blocking=*/true);
     return true;
   }
