@@ -7,7 +7,7 @@
 // which does not alias, like PIL's antialiased resize that torchvision uses; bilinear with
 // half-pixel centres (INTER_LINEAR) otherwise. OpenCV rounds its 8-bit result (and its
 // bilinear weights to 11 bits); this stays in float, so the two differ by under one level of
-// 255 (tests/data/resample_test.cpp measures it).
+// 255 (tests/data/image_pipeline_test.cpp measures it).
 #pragma once
 
 #include <cmath>
@@ -37,7 +37,7 @@ struct ResampleGeometry {
 };
 
 // The ImageNet statistics that every image-folder sample is normalised with:
-// value = byte * kPixelScale[c] + kPixelBias[c] = (byte / 255 - mean[c]) / std[c].
+// value = byte * scale[c] + bias[c] = (byte / 255 - mean[c]) / std[c].
 struct PixelNormalisation {
   float scale[3];
   float bias[3];
