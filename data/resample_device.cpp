@@ -25,9 +25,6 @@ bool can_resample_on_device() {
 
 torch::Tensor resample_on_device(const torch::Tensor& pixels, const torch::Tensor& geometry,
                                  const torch::Device& device, int64_t size, bool channels_last) {
-  DTRAIN_CHECK(device.is_cuda() && pixels.is_pinned() && geometry.is_pinned(),
-               "resample_on_device: pinned host pixels and geometry to a CUDA device, not {}",
-               device.str());
   DTRAIN_CHECK(pixels.scalar_type() == torch::kUInt8 && geometry.scalar_type() == torch::kUInt8 &&
                    geometry.numel() % static_cast<int64_t>(sizeof(ResampleGeometry)) == 0,
                "pixels {} and geometry {} of {} bytes", pixels.toString(), geometry.toString(),
@@ -37,8 +34,11 @@ torch::Tensor resample_on_device(const torch::Tensor& pixels, const torch::Tenso
   torch::Tensor images = torch::empty(
       {n, 3, size, size},
       torch::TensorOptions().device(device).dtype(torch::kFloat32).memory_format(layout));
+  if (n == 0) return images;  // a rank's empty last evaluation batch: nothing was pinned
+  DTRAIN_CHECK(device.is_cuda() && pixels.is_pinned() && geometry.is_pinned(),
+               "resample_on_device: pinned host pixels and geometry to a CUDA device, not {}",
+               device.str());
 #ifdef DTRAIN_CUDA_KERNELS
-  if (n == 0) return images;
   const c10::cuda::CUDAGuard on_device(device);
   const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream();
   // A copy stream of the calling thread's own per device, so its copies wait for nothing else.
