@@ -373,31 +373,39 @@ void PsServer::serve() {
     // Idle with nothing half done is no failure: the workers may be evaluating, for long.
     if (!owed()) last_arrival_ = Clock::now();
     const double waited_s = std::chrono::duration<double>(Clock::now() - last_arrival_).count();
-    // Tolerating worker loss, server 0 decides within the timeout who is lost; the others
-    // wait for its word.
-    const double limit_s = s_.tolerate_worker_loss && s_.index != 0 ? 2 * s_.timeout_s
-                                                                    : s_.timeout_s;
-    if (waited_s > limit_s) {
-      std::string missing;
-      for (size_t w = 0; w < worker_done_.size(); ++w) {
-        if (worker_done_[w] || !step_lr_[w].empty()) continue;
-        missing += fmt::format("{}{}", missing.empty() ? "" : ", ", s_.worker_ranks[w]);
-      }
-      const auto silent = std::min_element(heard_.begin(), heard_.end()) - heard_.begin();
-      log::error("rank {}: ps server {} waited {:.0f} s (dist.timeout_s) for the rest of a step; "
-                 "no complete push from worker rank(s) {}; silent longest: worker rank {} "
-                 "({:.0f} s); ending the job",
-                 error_rank(), s_.index, waited_s, missing.empty() ? "none" : missing,
-                 s_.worker_ranks[static_cast<size_t>(silent)],
-                 std::chrono::duration<double>(Clock::now() - heard_[silent]).count());
-      abort_world(3);
-    }
+    if (waited_s > s_.timeout_s) end_if_stuck(waited_s);
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   if (s_.encoded_pushes) {  // a dedicated server's decode time, which no worker reports
     log::info("rank {}: ps server {}: decoded {} encoded pushes in {:.1f} ms", error_rank(),
               s_.index, decoded_, total_decode_ms_);
   }
+}
+
+void PsServer::end_if_stuck(double waited_s) {
+  std::string missing;
+  size_t missing_count = 0, live = 0;
+  for (size_t w = 0; w < worker_done_.size(); ++w) {
+    if (worker_done_[w] || lost_[w]) continue;
+    ++live;
+    if (!step_lr_[w].empty()) continue;
+    ++missing_count;
+    missing += fmt::format("{}{}", missing.empty() ? "" : ", ", s_.worker_ranks[w]);
+  }
+  // Tolerating worker loss, server 0 decides within the timeout who is lost; the others wait
+  // for its word. Without tolerance, a server missing every worker's push cannot tell a dead
+  // worker from the rest waiting for it in a collective of their own; those collectives'
+  // watchdogs name the missing rank, so the server gives them the first word.
+  const bool defers = s_.tolerate_worker_loss ? s_.index != 0 : missing_count == live;
+  if (waited_s <= (defers ? 2 : 1) * s_.timeout_s) return;
+  const auto silent = std::min_element(heard_.begin(), heard_.end()) - heard_.begin();
+  log::error("rank {}: ps server {} waited {:.0f} s (dist.timeout_s) for the rest of a step; "
+             "no complete push from worker rank(s) {}; silent longest: worker rank {} "
+             "({:.0f} s); ending the job",
+             error_rank(), s_.index, waited_s, missing.empty() ? "none" : missing,
+             s_.worker_ranks[static_cast<size_t>(silent)],
+             std::chrono::duration<double>(Clock::now() - heard_[silent]).count());
+  abort_world(3);
 }
 
 bool PsServer::finished() const {

@@ -127,6 +127,8 @@ class PsServer {
   // Something has arrived that waits for more (a step's pushes from some workers only), or
   // a message is on its way.
   bool owed() const;
+  // Owed something for `waited_s` past the timeout: names whom it waits for and ends the job.
+  void end_if_stuck(double waited_s);
   torch::Tensor buffer_for(int64_t local);  // a push buffer of local chunk `local`
   // The dense gradient of a received push of local chunk `local`: `received` itself, or
   // decoded from it (encoded pushes).
