@@ -8,6 +8,7 @@
 #include "dist/compression/gram_schmidt.h"
 #include "dist/compression/powersgd.h"
 
+#include "codec_test_helpers.h"
 #include "equivalence.h"
 
 #include <catch2/catch.hpp>
@@ -18,6 +19,8 @@ using namespace dtrain::dist;
 using namespace dtrain::dist::compression;
 using equivalence::device;
 using equivalence::world;
+using codec_test::averaged;
+using codec_test::max_abs;
 
 namespace {
 
@@ -31,15 +34,6 @@ const std::vector<std::vector<int64_t>> kShapes = {{12, 10}, {12},   {12, 10}, {
 const std::vector<bool> kCompressed = {true, false, true, false, true, true, false};
 
 torch::TensorOptions f64() { return torch::TensorOptions(torch::kFloat64).device(device()); }
-
-torch::Tensor averaged(torch::Tensor tensor) {
-  world()->all_reduce(tensor, ReduceOp::kAverage)->wait();
-  return tensor;
-}
-
-double max_abs(const torch::Tensor& tensor) {
-  return tensor.numel() == 0 ? 0.0 : tensor.abs().max().item<double>();
-}
 
 // This rank's gradients of step `step`; the matrix [8, 6] has none in the first two steps.
 std::vector<torch::Tensor> gradients(int64_t step) {

@@ -13,6 +13,7 @@
 #include "dist/compression/codec.h"
 #include "dist/ps/collective.h"
 
+#include "codec_test_helpers.h"
 #include "equivalence.h"
 #include "ps/ps_harness.h"
 
@@ -24,6 +25,7 @@
 using namespace dtrain::dist;
 using namespace equivalence;
 using ps_harness::ps_options;
+using codec_test::codec_options;
 
 namespace {
 
@@ -41,15 +43,6 @@ PsOptions collectives(const std::string& consistency, int64_t staleness) {
   PsOptions options = ps_options("colocated", 1, 7, consistency, staleness);
   options.transport = "collectives";
   options.ssp_reads = "exact";
-  return options;
-}
-
-CompressionOptions codec_options(const std::string& kind) {
-  CompressionOptions options;
-  options.kind = kind;
-  options.ratio = 0.1;
-  options.rank = 2;
-  options.chunk = 16;
   return options;
 }
 

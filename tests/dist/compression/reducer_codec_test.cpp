@@ -8,6 +8,7 @@
 //   - fp16/bf16 stay finite and accurate on gradients far beyond fp16's range.
 #include "dist/compression/codec_hook.h"
 
+#include "codec_test_helpers.h"
 #include "equivalence.h"
 
 #include <catch2/catch.hpp>
@@ -16,6 +17,8 @@ using namespace dtrain::dist;
 using namespace dtrain::dist::compression;
 using equivalence::device;
 using equivalence::world;
+using codec_test::max_abs;
+using codec_test::summed;
 
 namespace {
 
@@ -87,13 +90,6 @@ std::vector<torch::Tensor> random_grads(const Setup& setup, int64_t step, double
   }
   return grads;
 }
-
-torch::Tensor summed(torch::Tensor tensor) {
-  world()->all_reduce(tensor, ReduceOp::kSum)->wait();
-  return tensor;
-}
-
-double max_abs(const torch::Tensor& tensor) { return tensor.abs().max().item<double>(); }
 
 }  // namespace
 

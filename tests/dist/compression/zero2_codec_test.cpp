@@ -16,6 +16,7 @@
 #include "dist/zero/bucket_shards.h"
 #include "dist/zero/zero2.h"
 
+#include "codec_test_helpers.h"
 #include "equivalence.h"
 
 #include <catch2/catch.hpp>
@@ -23,6 +24,7 @@
 using namespace dtrain::dist;
 using namespace dtrain::dist::compression;
 using namespace equivalence;
+using namespace codec_test;
 
 namespace {
 
@@ -95,24 +97,6 @@ torch::Tensor random_grad(const BucketLayout& bucket, const std::vector<torch::T
   const int64_t used = used_of(bucket, params);
   grad.narrow(0, 0, used).copy_(at::randn({used}, generator, torch::kFloat64));
   return grad.to(device());
-}
-
-torch::Tensor summed(torch::Tensor tensor) {
-  world()->all_reduce(tensor, ReduceOp::kSum)->wait();
-  return tensor;
-}
-
-double max_abs(const torch::Tensor& tensor) { return tensor.abs().max().item<double>(); }
-
-// `momentum`: topk's DGC momentum correction (then what is sent is of the velocity).
-CompressionOptions codec_options(const std::string& kind, double momentum = 0.0) {
-  CompressionOptions options;
-  options.kind = kind;
-  options.ratio = 0.1;
-  options.rank = 2;
-  options.chunk = 16;
-  options.momentum = kind == "topk" ? momentum : 0.0;
-  return options;
 }
 
 }  // namespace
