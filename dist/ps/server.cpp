@@ -383,14 +383,13 @@ void PsServer::serve() {
 }
 
 void PsServer::end_if_stuck(double waited_s) {
-  std::string missing;
+  const auto owes_push = [this](size_t w) {
+    return !worker_done_[w] && !lost_[w] && step_lr_[w].empty();
+  };
   size_t missing_count = 0, live = 0;
   for (size_t w = 0; w < worker_done_.size(); ++w) {
-    if (worker_done_[w] || lost_[w]) continue;
-    ++live;
-    if (!step_lr_[w].empty()) continue;
-    ++missing_count;
-    missing += fmt::format("{}{}", missing.empty() ? "" : ", ", s_.worker_ranks[w]);
+    live += !worker_done_[w] && !lost_[w];
+    missing_count += owes_push(w);
   }
   // Tolerating worker loss, server 0 decides within the timeout who is lost; the others wait
   // for its word. Without tolerance, a server missing every worker's push cannot tell a dead
@@ -398,6 +397,11 @@ void PsServer::end_if_stuck(double waited_s) {
   // watchdogs name the missing rank, so the server gives them the first word.
   const bool defers = s_.tolerate_worker_loss ? s_.index != 0 : missing_count == live;
   if (waited_s <= (defers ? 2 : 1) * s_.timeout_s) return;
+  std::string missing;
+  for (size_t w = 0; w < worker_done_.size(); ++w) {
+    if (!owes_push(w)) continue;
+    missing += fmt::format("{}{}", missing.empty() ? "" : ", ", s_.worker_ranks[w]);
+  }
   const auto silent = std::min_element(heard_.begin(), heard_.end()) - heard_.begin();
   log::error("rank {}: ps server {} waited {:.0f} s (dist.timeout_s) for the rest of a step; "
              "no complete push from worker rank(s) {}; silent longest: worker rank {} "
