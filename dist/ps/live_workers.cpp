@@ -32,12 +32,13 @@ std::vector<size_t> LiveWorkers::find_lost(Clock::time_point now) {
   return found;
 }
 
-bool LiveWorkers::answer() {
+bool LiveWorkers::answer(Clock::time_point now) {
   for (size_t w = 0; w < lost_.size(); ++w) {
     if (!lost_[w] && calls_[w] <= answered_) return false;
   }
   if (live() == 0) return false;
   ++answered_;
+  std::fill(last_heard_.begin(), last_heard_.end(), now);
   return true;
 }
 

@@ -32,8 +32,9 @@ class LiveWorkers {
   // The workers found lost now: silent for the timeout while another waits at the roll.
   std::vector<size_t> find_lost(Clock::time_point now);
   // Every worker still counted has called the roll not yet answered: answer it (returns
-  // true once per roll).
-  bool answer();
+  // true once per roll). A worker waiting for the answer cannot speak, so every silence
+  // starts again at `now`.
+  bool answer(Clock::time_point now);
 
   bool lost(size_t w) const { return lost_[w]; }
   int live() const;

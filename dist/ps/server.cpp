@@ -293,7 +293,7 @@ void PsServer::keep_roll() {
     }
     drop_worker(w);
   }
-  if (!roll_->answer()) return;
+  if (!roll_->answer(Clock::now())) return;
   // Every worker still counted has called (LiveWorkers::answer), and only those have parts:
   // summed in worker order, the same whoever called first.
   torch::Tensor sum;

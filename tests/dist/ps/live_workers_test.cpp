@@ -13,10 +13,10 @@ TEST_CASE("a roll call is answered once every worker has called it", "[ps]") {
   LiveWorkers roll(3, 10.0, t0);
   roll.called(0, t0);
   roll.called(2, t0);
-  CHECK_FALSE(roll.answer());
+  CHECK_FALSE(roll.answer(t0));
   roll.called(1, t0 + seconds(1));
-  CHECK(roll.answer());
-  CHECK_FALSE(roll.answer());  // once per roll call
+  CHECK(roll.answer(t0 + seconds(1)));
+  CHECK_FALSE(roll.answer(t0 + seconds(1)));  // once per roll call
   CHECK(roll.mask() == std::vector<int64_t>{1, 1, 1});
 }
 
@@ -27,16 +27,16 @@ TEST_CASE("a worker silent for the timeout while others wait is lost", "[ps]") {
   roll.called(0, t0 + seconds(6));
   roll.called(2, t0 + seconds(6));
   CHECK(roll.find_lost(t0 + seconds(14)).empty());  // 9 s silent: not yet
-  CHECK_FALSE(roll.answer());
+  CHECK_FALSE(roll.answer(t0 + seconds(14)));
   CHECK(roll.find_lost(t0 + seconds(16)) == std::vector<size_t>{1});
   CHECK(roll.lost(1));
   CHECK(roll.live() == 2);
-  CHECK(roll.answer());
+  CHECK(roll.answer(t0 + seconds(16)));
   CHECK(roll.mask() == std::vector<int64_t>{1, 0, 1});
   // The next roll call needs the survivors only.
   roll.called(0, t0 + seconds(20));
   roll.called(2, t0 + seconds(20));
-  CHECK(roll.answer());
+  CHECK(roll.answer(t0 + seconds(20)));
 }
 
 TEST_CASE("silence while nobody waits loses no one", "[ps]") {
@@ -49,6 +49,19 @@ TEST_CASE("silence while nobody waits loses no one", "[ps]") {
   roll.heard(1, t0 + seconds(55));
   CHECK(roll.find_lost(t0 + seconds(64)).empty());
   roll.called(1, t0 + seconds(64));
-  CHECK(roll.answer());
+  CHECK(roll.answer(t0 + seconds(64)));
   CHECK(roll.live() == 2);
+}
+
+TEST_CASE("a worker's silence starts again when its roll call is answered", "[ps]") {
+  const Clock::time_point t0;
+  LiveWorkers roll(2, 5.0, t0);
+  // Worker 0 calls and waits 4 s for worker 1: it cannot speak before the answer.
+  roll.called(0, t0);
+  roll.called(1, t0 + seconds(4));
+  CHECK(roll.answer(t0 + seconds(4)));
+  // Worker 1 calls the next roll at once; worker 0 evaluates for 4 s after the answer.
+  roll.called(1, t0 + seconds(5));
+  CHECK(roll.find_lost(t0 + seconds(8)).empty());  // 8 s since its call, 4 since the answer
+  CHECK(roll.find_lost(t0 + seconds(10)) == std::vector<size_t>{0});
 }
