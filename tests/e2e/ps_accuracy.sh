@@ -6,8 +6,8 @@
 # 2-core machine, so this is a CTest entry of its own, apart from parameter_server.sh.
 # Measured 2026-11-27: bsp 92.18%, ssp(2) 91.05% and 90.92%, async 91.64% and 91.69%. Two
 # workers of equal speed run SSP(2) at its bound, every gradient 2 steps stale, which costs
-# most early in training: after 3 epochs SSP(2) trailed by 1.11 to 1.58 points (4 runs), too close to
-# the bound for a test, so the test keeps the config's 5.
+# most early in training: after 3 epochs SSP(2) trailed by 1.11 to 1.58 points (4 runs), too
+# close to the bound for a test, so the test keeps the config's 5.
 #   usage: ps_accuracy.sh TRAINER SOURCE_DIR
 set -uo pipefail
 . "$(dirname "$0")/lib/fashion_mnist.sh"
