@@ -38,7 +38,6 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> params, std::vector<
       replan_(std::move(replan)),
       poll_in_hooks_(comm_->device().is_cpu()) {
   build(layout);
-  register_hooks();
 }
 
 GradientReducer::~GradientReducer() {
@@ -149,6 +148,11 @@ void GradientReducer::register_hooks() {
 }
 
 void GradientReducer::before_backward(bool last_micro_step) {
+  // Not at construction: a parameter's gradient accumulator takes the stream current when it
+  // is made, and backward makes that stream wait for the stream it runs on. Made by the
+  // first forward, they run on that forward's stream, a CUDA graph's capture stream included
+  // (which the legacy stream, current at construction, must not wait for).
+  if (hooks_.empty()) register_hooks();
   reducing_ = last_micro_step;
   if (!reducing_) return;
   ready_.assign(params_.size(), false);
@@ -247,6 +251,16 @@ void GradientReducer::after_backward(bool last_micro_step, StepComm& record) {
     hook_.record(buckets_[b], std::move(works_[b]), record);
   }
   reducing_ = false;
+}
+
+void GradientReducer::reduce_present_gradients(StepComm& record) {
+  before_backward(/*last_micro_step=*/true);
+  for (const Bucket& bucket : buckets_) {
+    for (const int64_t index : bucket.layout.params) {
+      if (params_[index].grad().defined()) on_gradient_ready(index);
+    }
+  }
+  after_backward(/*last_micro_step=*/true, record);
 }
 
 void GradientReducer::complete(size_t b) {

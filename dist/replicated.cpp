@@ -79,6 +79,10 @@ void ReplicatedStrategy::after_backward(bool last_micro_step) {
   if (reducer_) reducer_->after_backward(last_micro_step, current_);
 }
 
+void ReplicatedStrategy::after_replayed_backward() {
+  if (reducer_) reducer_->reduce_present_gradients(current_);
+}
+
 void ReplicatedStrategy::optimizer_step(double lr) {
   optim::set_lr(*optimizer_, lr);
   optimizer_->step();

@@ -17,6 +17,10 @@ void Strategy::pause(double seconds) {
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
 
+void Strategy::after_replayed_backward() {
+  DTRAIN_CHECK(false, "strategy {} cannot take a backward replayed from a CUDA graph", name());
+}
+
 NamedTensors module_state(torch::nn::Module& module) {
   NamedTensors state;
   for (const auto& item : module.named_parameters()) state.emplace_back(item.key(), item.value());

@@ -78,6 +78,12 @@ class Strategy {
   // communicates only then); hooks launched during backward need to know it before it starts.
   virtual void before_backward(bool last_micro_step) { (void)last_micro_step; }
   virtual void after_backward(bool last_micro_step) { (void)last_micro_step; }
+  // In place of before_backward(true), the backward's hooks and after_backward(true), where
+  // the step's forward and backward ran as a replayed CUDA graph (train.cuda_graph), in which
+  // no hook runs: the parameters' .grad() hold the step's gradients, and the strategy does
+  // with them what those three would have. Only strategies the config lets capture
+  // (trainer/config.h: cuda_graph_blockers) are asked.
+  virtual void after_replayed_backward();
   // Tensors whose .grad() holds the step's final gradients once after_backward(true)
   // returned (what fp16 loss scaling unscales and checks).
   virtual std::vector<torch::Tensor> gradient_owners() = 0;

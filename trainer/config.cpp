@@ -248,9 +248,19 @@ void validate_sections(const Config& config, const toml::table& root,
 
 std::vector<std::string> cuda_graph_blockers(const Config& config) {
   std::vector<std::string> blockers;
-  if (config.dist.strategy != dist::StrategyKind::kSingle) {
-    blockers.push_back(fmt::format("captures dist.strategy = \"single\" only, not \"{}\"",
-                                   dist::strategy_name(config.dist.strategy)));
+  // DDP reduces the replayed backward's gradients after it, eagerly; the other strategies
+  // act inside forward or backward (ZeRO's gathers and shards, the parameter server's pulls).
+  const dist::StrategyKind strategy = config.dist.strategy;
+  if (strategy != dist::StrategyKind::kSingle && strategy != dist::StrategyKind::kDdp) {
+    blockers.push_back(fmt::format("captures dist.strategy = \"single\" or \"ddp\", not \"{}\"",
+                                   dist::strategy_name(strategy)));
+  }
+  if (strategy == dist::StrategyKind::kDdp && config.dist.compression.enabled()) {
+    blockers.push_back("captures ddp without gradient compression: dist.compression.kind = "
+                       "\"none\"");
+  }
+  if (strategy == dist::StrategyKind::kDdp && config.model.sync_batchnorm) {
+    blockers.push_back("model.sync_batchnorm communicates inside forward: set it false");
   }
   if (config.train.grad_accum != 1) {
     blockers.push_back("captures one micro-step: needs train.grad_accum = 1");

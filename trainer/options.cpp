@@ -58,8 +58,8 @@ void TrainOptions::declare(OptionSpecs& keys) {
       .one_of({"stop", "skip"});
   keys.add("cuda_graph", &cuda_graph,
            "replay forward and backward as one CUDA graph captured on the first step (needs "
-           "CUDA, strategy single, grad_accum 1, bf16 or fp32); auto: wherever that holds, on: "
-           "an error where not")
+           "CUDA, strategy single or ddp, grad_accum 1, bf16 or fp32); auto: wherever that "
+           "holds, on: an error where not")
       .one_of({"auto", "on", "off"});
 }
 

@@ -73,8 +73,11 @@ class Trainer {
         cuda_graph_blockers(config).empty()) {
       graphed_ = std::make_unique<GraphedStep>(
           s_.model->parameters(), s_.model->buffers(),
+          // The strategy's hooks stay out of the capture: after each replay it takes the
+          // gradients at once (after_replayed_backward).
           [this](const torch::Tensor& images, const torch::Tensor& labels) {
-            return forward_backward(images, labels, /*last_micro_step=*/true);
+            return forward_backward(images, labels, /*last_micro_step=*/true,
+                                    /*strategy_hooks=*/false);
           });
     }
   }
@@ -157,6 +160,7 @@ class Trainer {
       if (graphed_) {
         Timeline::Phase phase(timeline_, "forward and backward (CUDA graph)");
         step_loss_ += graphed_->run(batch);
+        s_.strategy->after_replayed_backward();
       } else {
         step_loss_ += forward_backward(batch.images, batch.labels, micro + 1 == accum);
       }
@@ -178,8 +182,9 @@ class Trainer {
   }
 
   // One micro-step's forward and backward; returns its loss, divided by the micro-steps.
+  // `strategy_hooks`: the strategy's before_backward and after_backward around backward.
   torch::Tensor forward_backward(const torch::Tensor& images, const torch::Tensor& labels,
-                                 bool last_micro_step) {
+                                 bool last_micro_step, bool strategy_hooks = true) {
     torch::Tensor loss;
     {
       Timeline::Phase phase(timeline_, "forward");
@@ -193,9 +198,9 @@ class Trainer {
     if (inject_nan_loss()) loss = loss * std::numeric_limits<double>::quiet_NaN();
     {
       Timeline::Phase phase(timeline_, "backward");
-      s_.strategy->before_backward(last_micro_step);
+      if (strategy_hooks) s_.strategy->before_backward(last_micro_step);
       (scaler_ ? scaler_->scale(loss) : loss).backward();
-      s_.strategy->after_backward(last_micro_step);
+      if (strategy_hooks) s_.strategy->after_backward(last_micro_step);
     }
     return loss.detach();
   }

@@ -305,17 +305,25 @@ TEST_CASE("train.cuda_graph = \"on\" names each setting it cannot capture", "[co
   // "auto" (the default) captures where it can and runs eagerly elsewhere, without a word.
   CHECK(problems_of("", {"run.device=cpu", "dist.strategy=ddp", "train.grad_accum=2"}).empty());
   const std::vector<std::string> problems =
-      problems_of("", {"train.cuda_graph=on", "run.device=cpu", "dist.strategy=ddp",
+      problems_of("", {"train.cuda_graph=on", "run.device=cpu", "dist.strategy=zero",
                        "train.grad_accum=2", "train.nonfinite=skip", "debug.slow_ranks=[0]"});
   REQUIRE(problems.size() == 5);
   CHECK(contains(problems[0], "--set train.cuda_graph: \"on\" needs run.device = \"cuda\""));
-  CHECK(contains(problems[1], "dist.strategy = \"single\" only, not \"ddp\""));
+  CHECK(contains(problems[1], "dist.strategy = \"single\" or \"ddp\", not \"zero\""));
   CHECK(contains(problems[2], "train.grad_accum = 1"));
   CHECK(contains(problems[3], "train.nonfinite = \"skip\""));
   CHECK(contains(problems[4], "debug.*"));
   CHECK(contains(problems_of("", {"train.cuda_graph=on", "run.device=cuda",
                                   "train.precision=fp16"})[0],
                  "fp16 loss scaling"));
+  // DDP is captured, its gradients reduced after each replay; not with what acts inside.
+  CHECK(problems_of("", {"train.cuda_graph=on", "run.device=cuda", "dist.strategy=ddp"}).empty());
+  const std::vector<std::string> ddp_problems =
+      problems_of("", {"train.cuda_graph=on", "run.device=cuda", "dist.strategy=ddp",
+                       "dist.compression.kind=fp16", "model.sync_batchnorm=true"});
+  REQUIRE(ddp_problems.size() == 2);
+  CHECK(contains(ddp_problems[0], "without gradient compression"));
+  CHECK(contains(ddp_problems[1], "model.sync_batchnorm"));
 }
 
 TEST_CASE("--set overrides parse TOML values and bare words", "[config]") {
