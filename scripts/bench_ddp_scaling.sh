@@ -2,7 +2,8 @@
 # Data-parallel scaling on one machine, dtrain against PyTorch DDP in the same call: ResNet-50
 # (configs/resnet50_synthetic.toml: batch 128 per GPU, bf16, channels_last, synthetic data on
 # the device) or ResNet-18 on 32x32 images (configs/resnet18_cifar_synthetic.toml, batch 256)
-# at each GPU count, dtrain's DDP with overlap on and off, and scripts/bench_torch_ddp.py.
+# at each GPU count, dtrain as its defaults run it and eagerly with DDP's overlap on and off,
+# and scripts/bench_torch_ddp.py.
 # At 1 GPU both sides train without DDP (dtrain: dist.strategy = single).
 #   usage: scripts/bench_ddp_scaling.sh BUILD_DIR OUT_DIR ["1 2 4"] [resnet50|resnet18_cifar]
 # Prints a markdown table; efficiency = img/s at N GPUs / (N x that side's own img/s at 1 GPU).
@@ -22,35 +23,42 @@ efficiency() {  # RATE N BASE -> RATE / (N x BASE)
 }
 
 # A run that fails shows "-" (its log's tail goes to stderr); the others still report.
+# "default" is the trainer's own choice (the step a CUDA graph where train.cuda_graph's auto
+# allows it: `single`, and `ddp` with its gradients reduced after each replay); "eager" turns
+# the graph off, with DDP's all-reduces overlapped with backward or after it.
 rows=() details=()
 for n in "${counts[@]}"; do
   if [ "$n" -eq 1 ]; then
-    on=$(dtrain_run 1 np1_single --set dist.strategy=single) || on="- - - -"
+    default=$(dtrain_run 1 np1_single --set dist.strategy=single) || default="- - - -"
+    on=$(dtrain_run 1 np1_single_eager --set dist.strategy=single \
+      --set train.cuda_graph=off) || on="- - - -"
     off=$on
   else
-    on=$(dtrain_run "$n" "np${n}_overlap_on" --set dist.strategy=ddp \
-      --set dist.ddp.overlap=true) || on="- - - -"
-    off=$(dtrain_run "$n" "np${n}_overlap_off" --set dist.strategy=ddp \
-      --set dist.ddp.overlap=false) || off="- - - -"
-    read -r _ _ on_ms on_busbw <<<"$on"
-    read -r _ _ off_ms off_busbw <<<"$off"
-    details+=("$n GPUs: comm $on_ms ms/step at $on_busbw GB/s busbw with overlap on, \
-$off_ms ms/step at $off_busbw GB/s with overlap off")
+    default=$(dtrain_run "$n" "np${n}_ddp" --set dist.strategy=ddp) || default="- - - -"
+    on=$(dtrain_run "$n" "np${n}_eager_overlap_on" --set dist.strategy=ddp \
+      --set train.cuda_graph=off --set dist.ddp.overlap=true) || on="- - - -"
+    off=$(dtrain_run "$n" "np${n}_eager_overlap_off" --set dist.strategy=ddp \
+      --set train.cuda_graph=off --set dist.ddp.overlap=false) || off="- - - -"
+    for run in default on off; do
+      read -r _ exposed_ms comm_ms busbw <<<"${!run}"
+      details+=("$n GPUs, $run: comm $comm_ms ms/step at $busbw GB/s busbw, $exposed_ms ms exposed")
+    done
   fi
-  read -r on_rate on_exposed _ _ <<<"$on"
-  read -r off_rate off_exposed _ _ <<<"$off"
+  read -r default_rate default_exposed _ _ <<<"$default"
+  read -r on_rate _ _ _ <<<"$on"
+  read -r off_rate _ _ _ <<<"$off"
   torch_rate=$(torch_run "$n" "torch_ddp_np$n") || true
   torch_rate=${torch_rate:--}
-  if [ "$n" -eq 1 ]; then dtrain_base=$on_rate torch_base=$torch_rate; fi
+  if [ "$n" -eq 1 ]; then dtrain_base=$default_rate torch_base=$torch_rate; fi
   rows+=("$(printf '| %s | %s | %s | %s | %s | %s | %s | %s |' "$n" \
-    "$on_rate" "$(efficiency "$on_rate" "$n" "$dtrain_base")" "$on_exposed" \
-    "$off_rate" "$off_exposed" "$torch_rate" "$(efficiency "$torch_rate" "$n" "$torch_base")")")
+    "$default_rate" "$(efficiency "$default_rate" "$n" "$dtrain_base")" "$default_exposed" \
+    "$on_rate" "$off_rate" "$torch_rate" "$(efficiency "$torch_rate" "$n" "$torch_base")")")
 done
 
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | sed -n 1p)
 echo "$model on $gpu ($config): bf16, channels_last, synthetic data"
 echo
-echo "| GPUs | dtrain overlap on img/s | eff | exposed ms | overlap off img/s | exposed ms | torch DDP img/s | eff |"
+echo "| GPUs | dtrain default img/s | eff | exposed ms | eager, overlap on img/s | eager, overlap off img/s | torch DDP img/s | eff |"
 echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
 echo
