@@ -64,9 +64,10 @@ TEST_CASE("DDP reduces a backward its hooks did not see, as after a CUDA graph's
   strategy.attach(*net, factory(sgd));
   for (int64_t step = 0; step < kSteps; ++step) {
     strategy.before_forward(step);
-    torch::nn::functional::cross_entropy(net->forward(data.x[step].narrow(0, rank * kPerRank, kPerRank)),
-                                         data.y[step].narrow(0, rank * kPerRank, kPerRank))
-        .backward();  // no before_backward(): the hooks stay idle, as in a replay
+    const torch::Tensor x = data.x[step].narrow(0, rank * kPerRank, kPerRank);
+    const torch::Tensor y = data.y[step].narrow(0, rank * kPerRank, kPerRank);
+    // No before_backward(): the hooks stay idle, as in a replay.
+    torch::nn::functional::cross_entropy(net->forward(x), y).backward();
     strategy.after_replayed_backward();
     strategy.step(sgd.lr);
   }
