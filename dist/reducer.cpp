@@ -156,6 +156,8 @@ void GradientReducer::before_backward(bool last_micro_step) {
   reducing_ = last_micro_step;
   if (!reducing_) return;
   ready_.assign(params_.size(), false);
+  arrived_ = 0;
+  backward_end_.reset();
   observed_order_.clear();
   for (size_t b = 0; b < buckets_.size(); ++b) {
     pending_[b] = static_cast<int64_t>(buckets_[b].layout.params.size());
@@ -172,6 +174,7 @@ void GradientReducer::on_gradient_ready(int64_t index) {
                                 options_.owner, names_[index]));
   }
   ready_[index] = true;
+  if (++arrived_ == params_.size() && !backward_end_) backward_end_ = comm_->now();
   if (!replanned_) observed_order_.push_back(index);
   --pending_[bucket_of_[index]];
   if (options_.overlap) {
@@ -243,7 +246,7 @@ void GradientReducer::check_unused() {
 
 void GradientReducer::after_backward(bool last_micro_step, StepComm& record) {
   if (!last_micro_step) return;
-  record.set_backward_end(comm_->now());
+  record.set_backward_end(backward_end_ ? std::move(backward_end_) : comm_->now());
   check_unused();
   launch_ready_buckets();
   for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -255,6 +258,7 @@ void GradientReducer::after_backward(bool last_micro_step, StepComm& record) {
 
 void GradientReducer::reduce_present_gradients(StepComm& record) {
   before_backward(/*last_micro_step=*/true);
+  backward_end_ = comm_->now();  // the replayed backward has been issued whole
   for (const Bucket& bucket : buckets_) {
     for (const int64_t index : bucket.layout.params) {
       if (params_[index].grad().defined()) on_gradient_ready(index);

@@ -155,6 +155,11 @@ class GradientReducer {
   std::vector<int64_t> bucket_of_;               // parameter -> bucket
   std::vector<torch::Tensor> views_;             // parameter -> its gradient's place
   std::vector<bool> ready_;                      // parameter's gradient arrived this step
+  size_t arrived_ = 0;                           // how many of them
+  // When the last gradient arrived, recorded before the launches that follow it: with one
+  // hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1) a record issued after them completes only
+  // after them, and the step's exposed communication would read zero.
+  std::shared_ptr<const TimePoint> backward_end_;
   size_t next_bucket_ = 0;
   size_t completed_ = 0;                         // buckets waited for and finished this step
   bool reducing_ = false;                        // this backward completes the step
