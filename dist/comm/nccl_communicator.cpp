@@ -47,6 +47,7 @@ class NcclCommunicator : public Communicator {
         timeout_s_(timeout_s),
         stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device)),
         ready_(device, cudaEventDisableTiming),
+        timing_events_(CudaEventPool::create(device, cudaEventDefault)),
         progress_(std::move(progress)),
         watchdog_(timeout_s, watchdog_hooks()) {
     c10::cuda::CUDAGuard guard(device_);  // NCCL binds a communicator to the current device
@@ -89,7 +90,7 @@ class NcclCommunicator : public Communicator {
 
   std::shared_ptr<const TimePoint> now() override {
     c10::cuda::CUDAGuard guard(device_);  // the null (default) stream is the current device's
-    auto event = std::make_shared<CudaEvent>(device_, cudaEventDefault);
+    auto event = timing_events_->acquire();
     event->record(c10::cuda::getCurrentCUDAStream(device_).stream());
     return std::make_shared<CudaTimePoint>(std::move(event));
   }
@@ -250,9 +251,12 @@ class NcclCommunicator : public Communicator {
   // "all_reduce #7 (1024 x Float)": the name in timeouts, numbered in issue order.
   static std::string describe(const std::string& op, int64_t sequence,
                               const torch::Tensor& tensor) {
-    return tensor.defined() ? fmt::format("{} #{} ({} x {})", op, sequence, tensor.numel(),
-                                          c10::toString(tensor.scalar_type()))
+    return tensor.defined() ? describe(op.c_str(), sequence, tensor.numel(), tensor.scalar_type())
                             : fmt::format("{} #{}", op, sequence);
+  }
+  static std::string describe(const char* op, int64_t sequence, int64_t numel,
+                              c10::ScalarType dtype) {
+    return fmt::format("{} #{} ({} x {})", op, sequence, numel, c10::toString(dtype));
   }
 
   // The watchdog answers the peers' progress queries and, at a timeout, asks them, where MPI
@@ -271,14 +275,22 @@ class NcclCommunicator : public Communicator {
     return hooks;
   }
 
-  std::unique_ptr<Work> collective(const std::string& op, const torch::Tensor& described,
+  // `op`: a literal (the name is formatted only at a timeout).
+  std::unique_ptr<Work> collective(const char* op, const torch::Tensor& described,
                                    const std::vector<torch::Tensor>& used,
                                    const std::function<void(cudaStream_t)>& call) {
     auto events = std::make_shared<LaunchEvents>();
     // Watched before the launch: a blocking NCCL call that never returns is bounded too.
     const int64_t sequence = progress_->next();
-    watchdog_.watch(describe(op, sequence, described), sequence,
-                    [events] { return events->done(); });
+    std::function<std::string()> name;
+    if (described.defined()) {
+      name = [op, sequence, numel = described.numel(), dtype = described.scalar_type()] {
+        return describe(op, sequence, numel, dtype);
+      };
+    } else {
+      name = [op, sequence] { return fmt::format("{} #{}", op, sequence); };
+    }
+    watchdog_.watch(std::move(name), sequence, [events] { return events->done(); });
     launch(used, call, {events});
     return std::make_unique<NcclWork>(events, device_, nullptr, std::nullopt);
   }
@@ -329,8 +341,8 @@ class NcclCommunicator : public Communicator {
     const cudaStream_t stream = stream_.stream();
     ready_.record(c10::cuda::getCurrentCUDAStream(device_).stream());
     DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream, ready_.get(), 0));
-    auto started = std::make_shared<CudaEvent>(device_, cudaEventDefault);
-    auto finished = std::make_shared<CudaEvent>(device_, cudaEventDefault);
+    auto started = timing_events_->acquire();
+    auto finished = timing_events_->acquire();
     started->record(stream);
     call(stream);
     finished->record(stream);
@@ -367,6 +379,7 @@ class NcclCommunicator : public Communicator {
   double timeout_s_;
   c10::cuda::CUDAStream stream_;
   CudaEvent ready_;  // re-recorded for each operation: a stream wait uses the latest record
+  std::shared_ptr<CudaEventPool> timing_events_;  // each operation's started and finished
   std::atomic<ncclComm_t> comm_{nullptr};  // read by the watchdog's thread to abort it
   int rank_ = 0;
   int size_ = 1;

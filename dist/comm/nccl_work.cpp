@@ -32,6 +32,37 @@ bool CudaEvent::query() const {
   return true;
 }
 
+std::shared_ptr<CudaEventPool> CudaEventPool::create(c10::DeviceIndex device,
+                                                     unsigned int flags) {
+  return std::shared_ptr<CudaEventPool>(new CudaEventPool(device, flags));
+}
+
+std::shared_ptr<CudaEvent> CudaEventPool::acquire() {
+  std::unique_ptr<CudaEvent> event;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!free_.empty()) {
+      event = std::move(free_.back());
+      free_.pop_back();
+    }
+  }
+  if (!event) event = std::make_unique<CudaEvent>(device_, flags_);
+  // The pool may be gone when the last holder lets go: the event is then destroyed.
+  return std::shared_ptr<CudaEvent>(event.release(),
+                                    [pool = weak_from_this()](CudaEvent* released) {
+                                      if (auto alive = pool.lock()) {
+                                        alive->release(released);
+                                      } else {
+                                        delete released;
+                                      }
+                                    });
+}
+
+void CudaEventPool::release(CudaEvent* event) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  free_.emplace_back(event);
+}
+
 double CudaTimePoint::ms_until(const TimePoint& later) const {
   const auto* other = dynamic_cast<const CudaTimePoint*>(&later);
   DTRAIN_CHECK(other != nullptr, "ms_until: both time points must come from the NCCL backend");

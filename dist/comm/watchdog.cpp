@@ -36,9 +36,10 @@ Watchdog::~Watchdog() {
   poller_.join();
 }
 
-void Watchdog::watch(std::string what, int64_t sequence, std::function<bool()> done) {
+void Watchdog::watch(std::function<std::string()> describe, int64_t sequence,
+                     std::function<bool()> done) {
   auto watched = std::make_shared<Watched>();
-  watched->what = std::move(what);
+  watched->describe = std::move(describe);
   watched->sequence = sequence;
   watched->done = std::move(done);
   watched->deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -77,7 +78,7 @@ void Watchdog::poll_loop() {
         if (watched->done()) watched->completed.store(true);
       } catch (const std::exception& e) {  // a CUDA error raised by a kernel of the operation
         end_job(fmt::format("rank {}: {} failed: {}; ending the job", error_rank(),
-                            watched->what, e.what()));
+                            watched->describe(), e.what()));
       }
     }
     std::lock_guard<std::mutex> lock(mutex_);
@@ -106,7 +107,7 @@ void Watchdog::timer_loop() {
             : "a rank died or never joined";
     end_job(fmt::format("rank {}: {} did not complete within dist.timeout_s = {} s: {}; ending "
                         "the job",
-                        error_rank(), overdue->what, timeout_s_, missing));
+                        error_rank(), overdue->describe(), timeout_s_, missing));
   }
 }
 

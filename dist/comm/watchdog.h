@@ -39,15 +39,21 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  // Bounds the operation named `what` (e.g. "all_reduce #7 (1024 x Float)") from now on, until
-  // `done()` returns true. `done` runs on the poller's thread. `sequence`: the operation's
-  // number on the communicator, whose missing ranks a timeout names; 0 for none (set-up).
-  void watch(std::string what, int64_t sequence, std::function<bool()> done);
+  // Bounds the operation that `describe()` names (e.g. "all_reduce #7 (1024 x Float)") from
+  // now on, until `done()` returns true. The name is formatted only at a timeout: operations
+  // are issued thousands of times a second. `done` runs on the poller's thread. `sequence`:
+  // the operation's number on the communicator, whose missing ranks a timeout names; 0 for
+  // none (set-up).
+  void watch(std::function<std::string()> describe, int64_t sequence,
+             std::function<bool()> done);
+  void watch(std::string what, int64_t sequence, std::function<bool()> done) {
+    watch([what = std::move(what)] { return what; }, sequence, std::move(done));
+  }
 
  private:
   using Clock = std::chrono::steady_clock;
   struct Watched {
-    std::string what;
+    std::function<std::string()> describe;
     int64_t sequence = 0;
     std::function<bool()> done;
     Clock::time_point deadline;
