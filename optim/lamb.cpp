@@ -53,8 +53,7 @@ torch::Tensor Lamb::clip_factor() {
       if (param.grad().defined()) grads.push_back(param.grad());
     }
   }
-  torch::Tensor sq_norm =
-      grads.empty() ? torch::zeros({}) : torch::stack(at::_foreach_norm(grads)).square().sum();
+  torch::Tensor sq_norm = grads.empty() ? torch::zeros({}) : squared_norms(grads).sum();
   if (grad_norm_reducer_) sq_norm = grad_norm_reducer_(sq_norm);
   return max_norm / sq_norm.sqrt().clamp_min(max_norm);
 }

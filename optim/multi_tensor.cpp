@@ -38,6 +38,26 @@ bool kernels_take(std::initializer_list<const std::vector<torch::Tensor>*> lists
   return true;
 }
 
+// Whether the norm kernels take the lists: dense tensors of one dtype on one CUDA device, the
+// second list's tensors as large as the first's.
+bool norm_kernels_take(const std::vector<torch::Tensor>& first,
+                       const std::vector<torch::Tensor>* second) {
+  if (first.empty() || !has_multi_tensor_kernels(first.front().device())) return false;
+  if (second && second->size() != first.size()) return false;
+  const torch::Tensor& lead = first.front();
+  auto takes = [&](const torch::Tensor& t) {
+    return t.device() == lead.device() && t.scalar_type() == lead.scalar_type() &&
+           t.is_non_overlapping_and_dense();
+  };
+  for (size_t i = 0; i < first.size(); ++i) {
+    if (!takes(first[i])) return false;
+    if (second && (!takes((*second)[i]) || (*second)[i].numel() != first[i].numel())) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 #endif
 
@@ -47,6 +67,16 @@ bool has_multi_tensor_kernels(const torch::Device& device) {
 #else
   return false;
 #endif
+}
+
+torch::Tensor squared_norms(const std::vector<torch::Tensor>& first,
+                            const std::vector<torch::Tensor>* second) {
+#ifdef DTRAIN_CUDA_KERNELS
+  if (norm_kernels_take(first, second)) return cuda::squared_norms(first, second);
+#endif
+  std::vector<torch::Tensor> rows{torch::stack(at::_foreach_norm(first))};
+  if (second) rows.push_back(torch::stack(at::_foreach_norm(*second)));
+  return torch::stack(rows).square();
 }
 
 void add_scaled_(const std::vector<torch::Tensor>& targets,
@@ -107,9 +137,16 @@ std::vector<torch::Tensor> lamb_directions(const std::vector<torch::Tensor>& par
                        : torch::ones({n}, params.front().options());
   if (clip_factors.defined() &&
       kernels_take({&params, &grads_in, &exp_avgs, &exp_avg_sqs}, clip_factors)) {
+    // One allocation, viewed as each weight is laid out (dense: checked above); an allocation
+    // per tensor took more host time than the kernel takes on the device.
+    int64_t total = 0;
+    for (const auto& param : params) total += param.numel();
+    const torch::Tensor flat = torch::empty({total}, params.front().options());
     std::vector<torch::Tensor> updates;
+    int64_t offset = 0;
     for (const auto& param : params) {
-      updates.push_back(torch::empty_like(param, torch::MemoryFormat::Preserve));
+      updates.push_back(flat.as_strided(param.sizes(), param.strides(), offset));
+      offset += param.numel();
     }
     const auto t = static_cast<double>(steps.front());
     cuda::lamb_directions_(params, grads_in, exp_avgs, exp_avg_sqs, updates, clip_factors,

@@ -51,6 +51,15 @@ std::vector<torch::Tensor> lamb_directions(const std::vector<torch::Tensor>& par
                                            const std::vector<int64_t>& steps,
                                            const torch::Tensor& clip, const LambDirectionArgs& args);
 
+// [L, n]: the sum of squares of each tensor of `first` (L = 1) and of `*second` (L = 2, null
+// for none; tensor i as many elements as first's), the squared norms of LARS's and LAMB's
+// trust ratios. `first` non-empty. On CUDA two multi-tensor passes with a fixed order of
+// additions, in the op-math type (fp32 for 16-bit tensors): ATen's list norm allocates a 0-d
+// tensor per entry, and those allocations and the stack after them were most of the LARS
+// step's host time. Elsewhere ATen's norms, squared.
+torch::Tensor squared_norms(const std::vector<torch::Tensor>& first,
+                            const std::vector<torch::Tensor>* second = nullptr);
+
 // Whether add_scaled_, lars_update_ and lamb_directions on `device` run as multi-tensor kernels (for benchmarks
 // and logs).
 bool has_multi_tensor_kernels(const torch::Device& device);

@@ -9,8 +9,10 @@
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -122,6 +124,168 @@ void multi_tensor_apply(const std::array<const std::vector<at::Tensor>*, Depth>&
   flush();
 }
 
+// The sum of `value` over the block, in thread 0; the same order of additions every time.
+template <typename Math>
+__device__ Math block_sum(Math value) {
+  __shared__ Math warp_sums[kThreads / 32];
+  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffff, value, offset);
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  if (lane == 0) warp_sums[warp] = value;
+  __syncthreads();
+  value = threadIdx.x < kThreads / 32 ? warp_sums[threadIdx.x] : Math(0);
+  if (warp == 0) {
+    for (int offset = 16; offset > 0; offset /= 2) {
+      value += __shfl_down_sync(0xffffffff, value, offset);
+    }
+  }
+  __syncthreads();  // warp_sums is free for the next call
+  return value;
+}
+
+// Pass 1 of squared_norms: block b of the launch writes its chunk's sum of squares of each
+// list to partials[d * total_blocks + first_block + b].
+template <int Depth, typename T>
+__global__ void __launch_bounds__(kThreads)
+    chunk_squares_kernel(Batch<Depth> batch, at::opmath_type<T>* partials, int64_t first_block,
+                         int64_t total_blocks) {
+  using Math = at::opmath_type<T>;
+  const int t = batch.tensor_of_block[blockIdx.x];
+  const int64_t begin = static_cast<int64_t>(batch.chunk_of_block[blockIdx.x]) * kChunk;
+  const int64_t end = begin + kChunk < batch.numel[t] ? begin + kChunk : batch.numel[t];
+  const T* data[Depth];
+#pragma unroll
+  for (int d = 0; d < Depth; ++d) data[d] = static_cast<const T*>(batch.data[d][t]);
+  Math sums[Depth] = {};
+  for (int64_t base = begin + threadIdx.x; base < end; base += kThreads * kIlp) {
+    Math values[kIlp][Depth];
+#pragma unroll
+    for (int j = 0; j < kIlp; ++j) {
+      const int64_t k = base + j * kThreads;
+#pragma unroll
+      for (int d = 0; d < Depth; ++d) values[j][d] = k < end ? static_cast<Math>(data[d][k]) : Math(0);
+    }
+#pragma unroll
+    for (int j = 0; j < kIlp; ++j) {
+#pragma unroll
+      for (int d = 0; d < Depth; ++d) sums[d] += values[j][d] * values[j][d];
+    }
+  }
+#pragma unroll
+  for (int d = 0; d < Depth; ++d) {
+    const Math total = block_sum(sums[d]);
+    if (threadIdx.x == 0) partials[d * total_blocks + first_block + blockIdx.x] = total;
+  }
+}
+
+// Pass 2: block t adds the chunk sums of tensor first_tensor + t, in chunk order.
+constexpr int kMaxSummed = 384;
+struct ChunkRanges {
+  int32_t first[kMaxSummed];
+  int32_t count[kMaxSummed];
+};
+static_assert(sizeof(ChunkRanges) < 4096 - 128, "kernel parameters are limited to 4 KiB");
+
+template <int Depth, typename Math>
+__global__ void __launch_bounds__(kThreads)
+    sum_chunks_kernel(ChunkRanges ranges, const Math* partials, int64_t total_blocks, Math* out,
+                      int64_t n, int64_t first_tensor) {
+  const int t = blockIdx.x;
+#pragma unroll
+  for (int d = 0; d < Depth; ++d) {
+    Math sum = 0;
+    for (int i = threadIdx.x; i < ranges.count[t]; i += kThreads) {
+      sum += partials[d * total_blocks + ranges.first[t] + i];
+    }
+    sum = block_sum(sum);
+    if (threadIdx.x == 0) out[d * n + first_tensor + t] = sum;
+  }
+}
+
+template <int Depth, typename T>
+at::Tensor squared_norms_of(const std::array<const std::vector<at::Tensor>*, Depth>& lists) {
+  using Math = at::opmath_type<T>;
+  const std::vector<at::Tensor>& lead = *lists[0];
+  const c10::cuda::CUDAGuard guard(lead.front().device());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const auto n = static_cast<int64_t>(lead.size());
+  std::vector<int32_t> first(lead.size());
+  std::vector<int32_t> count(lead.size());
+  int64_t total_blocks = 0;
+  for (size_t i = 0; i < lead.size(); ++i) {
+    first[i] = static_cast<int32_t>(total_blocks);
+    count[i] = static_cast<int32_t>((lead[i].numel() + kChunk - 1) / kChunk);
+    total_blocks += count[i];
+  }
+  const auto options = lead.front().options().dtype(c10::CppTypeToScalarType<Math>::value);
+  const at::Tensor partials = at::empty({Depth * std::max<int64_t>(total_blocks, 1)}, options);
+  at::Tensor out = at::empty({Depth, n}, options);
+  Math* partial_data = partials.data_ptr<Math>();
+
+  // Pass 1, batched as multi_tensor_apply batches; blocks are numbered across the launches.
+  Batch<Depth> batch{};
+  int tensors = 0;
+  int blocks = 0;
+  int64_t launched = 0;
+  auto flush = [&] {
+    if (blocks > 0) {
+      chunk_squares_kernel<Depth, T>
+          <<<blocks, kThreads, 0, stream>>>(batch, partial_data, launched, total_blocks);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      launched += blocks;
+    }
+    tensors = 0;
+    blocks = 0;
+  };
+  auto add_tensor = [&](size_t i) {
+    for (int d = 0; d < Depth; ++d) batch.data[d][tensors] = (*lists[d])[i].data_ptr();
+    batch.numel[tensors] = lead[i].numel();
+    ++tensors;
+  };
+  for (size_t i = 0; i < lead.size(); ++i) {
+    if (tensors == kMaxTensors<Depth>) flush();
+    add_tensor(i);
+    for (int64_t c = 0; c < count[i]; ++c) {
+      batch.tensor_of_block[blocks] = static_cast<uint8_t>(tensors - 1);
+      batch.chunk_of_block[blocks] = static_cast<int32_t>(c);
+      if (++blocks == kMaxBlocks) {
+        flush();
+        if (c + 1 < count[i]) add_tensor(i);
+      }
+    }
+  }
+  flush();
+
+  // Pass 2.
+  for (int64_t start = 0; start < n; start += kMaxSummed) {
+    const int64_t m = std::min<int64_t>(kMaxSummed, n - start);
+    ChunkRanges ranges{};
+    for (int64_t j = 0; j < m; ++j) {
+      ranges.first[j] = first[start + j];
+      ranges.count[j] = count[start + j];
+    }
+    sum_chunks_kernel<Depth, Math><<<static_cast<unsigned int>(m), kThreads, 0, stream>>>(
+        ranges, partial_data, total_blocks, out.data_ptr<Math>(), n, start);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  return out;
+}
+
+// ratio_i, as optim/trust_ratio.h defines it, from the squared norms [2, n].
+template <typename Math>
+__global__ void trust_ratio_kernel(const Math* sq_norms, int64_t n, Math* out, Math coefficient,
+                                   Math weight_decay, Math eps, Math max_ratio) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const Math w_norm = ::sqrt(sq_norms[i]);
+  const Math u_norm = ::sqrt(sq_norms[n + i]);
+  Math ratio = w_norm > 0 && u_norm > 0
+                   ? coefficient * w_norm / (u_norm + weight_decay * w_norm + eps)
+                   : Math(1);
+  if (max_ratio > 0 && ratio > max_ratio) ratio = max_ratio;
+  out[i] = ratio;
+}
+
 // values: y, x.
 template <typename T>
 struct AddScaled {
@@ -215,6 +379,36 @@ void lamb_directions_(const std::vector<at::Tensor>& params, const std::vector<a
         multi_tensor_apply<5, scalar_t>({&params, &grads, &exp_avgs, &exp_avg_sqs, &updates},
                                         clip_factors, op);
       });
+}
+
+at::Tensor squared_norms(const std::vector<at::Tensor>& first,
+                         const std::vector<at::Tensor>* second) {
+  at::Tensor out;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, first.front().scalar_type(),
+                                  "squared_norms", [&] {
+                                    out = second ? squared_norms_of<2, scalar_t>({&first, second})
+                                                 : squared_norms_of<1, scalar_t>({&first});
+                                  });
+  return out;
+}
+
+at::Tensor trust_ratios(const at::Tensor& sq_norms, double coefficient, double weight_decay,
+                        double eps, double max_ratio) {
+  const c10::cuda::CUDAGuard guard(sq_norms.device());
+  const at::Tensor norms = sq_norms.contiguous();
+  const int64_t n = norms.size(1);
+  at::Tensor out = at::empty({n}, norms.options());
+  if (n == 0) return out;
+  constexpr int kRatioThreads = 256;
+  const auto blocks = static_cast<unsigned int>((n + kRatioThreads - 1) / kRatioThreads);
+  AT_DISPATCH_FLOATING_TYPES(norms.scalar_type(), "trust_ratios", [&] {
+    trust_ratio_kernel<scalar_t><<<blocks, kRatioThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        norms.data_ptr<scalar_t>(), n, out.data_ptr<scalar_t>(),
+        static_cast<scalar_t>(coefficient), static_cast<scalar_t>(weight_decay),
+        static_cast<scalar_t>(eps), static_cast<scalar_t>(max_ratio));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return out;
 }
 
 }  // namespace dtrain::optim::cuda

@@ -30,4 +30,15 @@ void lamb_directions_(const std::vector<at::Tensor>& params, const std::vector<a
                       const std::vector<at::Tensor>& updates, const at::Tensor& clip_factors,
                       const LambScalars& scalars);
 
+// [L, n] in the op-math type: the sum of squares of each tensor of `first` (L = 1) and of
+// `second` (L = 2; tensor i as many elements as first's). Dense tensors of one dtype. Two
+// passes with a fixed order of additions: the same result every run.
+at::Tensor squared_norms(const std::vector<at::Tensor>& first,
+                         const std::vector<at::Tensor>* second);
+
+// ratio_i (optim/trust_ratio.h) from the squared norms [2, n] (a float or double tensor on
+// the device), in one kernel.
+at::Tensor trust_ratios(const at::Tensor& sq_norms, double coefficient, double weight_decay,
+                        double eps, double max_ratio);
+
 }  // namespace dtrain::optim::cuda

@@ -1,5 +1,11 @@
 #include "optim/trust_ratio.h"
 
+#include "optim/multi_tensor.h"
+
+#ifdef DTRAIN_CUDA_KERNELS
+#include "optim/multi_tensor_cuda.h"
+#endif
+
 namespace dtrain::optim {
 
 torch::Tensor trust_ratios(const std::vector<torch::Tensor>& params,
@@ -10,10 +16,16 @@ torch::Tensor trust_ratios(const std::vector<torch::Tensor>& params,
     return torch::ones({0});
   }
   // [2, n]: squared norms of the weights (row 0) and the updates (row 1).
-  torch::Tensor sq_norms = torch::stack({torch::stack(at::_foreach_norm(params)),
-                                         torch::stack(at::_foreach_norm(updates))})
-                               .square();
+  torch::Tensor sq_norms = squared_norms(params, &updates);
   if (reducer) sq_norms = reducer(params, sq_norms);
+#ifdef DTRAIN_CUDA_KERNELS
+  // One kernel for the dozen elementwise ops below, each a launch of its own.
+  if (sq_norms.is_cuda() && (sq_norms.scalar_type() == torch::kFloat ||
+                             sq_norms.scalar_type() == torch::kDouble)) {
+    return cuda::trust_ratios(sq_norms, args.coefficient, args.weight_decay, args.eps,
+                              args.max_ratio);
+  }
+#endif
   const torch::Tensor norms = sq_norms.sqrt();
   const torch::Tensor w_norm = norms[0];
   const torch::Tensor u_norm = norms[1];

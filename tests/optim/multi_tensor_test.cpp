@@ -143,3 +143,37 @@ TEST_CASE("lamb_directions updates the moments and returns the Adam direction pl
   check_close(updates, expected_u, tolerance_of(dtype));
   CHECK(updates.back().is_contiguous(torch::MemoryFormat::ChannelsLast));
 }
+
+TEST_CASE("squared_norms sums each tensor's squares, of one list or of two, the same each run",
+          "[optim][multi_tensor]") {
+  const auto dtype = GENERATE(torch::kFloat64, torch::kFloat32, torch::kBFloat16);
+  Lists lists = make_lists(dtype);
+  // More tensors than the kernels' summing pass takes in one launch (384).
+  const auto options = lists.a.front().options();
+  for (int i = 0; i < 400; ++i) {
+    lists.a.push_back(torch::randn({i % 7 + 1}, options));
+    lists.b.push_back(torch::randn({i % 7 + 1}, options));
+  }
+  const auto n = static_cast<int64_t>(lists.a.size());
+  const torch::Tensor two = dtrain::optim::squared_norms(lists.a, &lists.b);
+  const torch::Tensor one = dtrain::optim::squared_norms(lists.b);
+  REQUIRE(two.sizes() == torch::IntArrayRef({2, n}));
+  REQUIRE(one.sizes() == torch::IntArrayRef({1, n}));
+  CHECK(torch::equal(two, dtrain::optim::squared_norms(lists.a, &lists.b)));
+
+  const auto a = to_double(lists.a);
+  const auto b = to_double(lists.b);
+  const torch::Tensor actual = two.to(torch::kCPU, torch::kFloat64);
+  const torch::Tensor actual_one = one.to(torch::kCPU, torch::kFloat64);
+  // Relative: the large tensor's sum is ~2e7. bf16: the ATen path rounds the norm to 2^-8.
+  const double tolerance =
+      dtype == torch::kFloat64 ? 1e-12 : dtype == torch::kFloat32 ? 1e-5 : 2e-2;
+  for (int64_t i = 0; i < n; ++i) {
+    const double expected_a = a[i].square().sum().item<double>();
+    const double expected_b = b[i].square().sum().item<double>();
+    INFO("tensor " << i << " of " << a[i].numel() << " elements");
+    CHECK(actual[0][i].item<double>() == Approx(expected_a).epsilon(tolerance).margin(1e-30));
+    CHECK(actual[1][i].item<double>() == Approx(expected_b).epsilon(tolerance).margin(1e-30));
+    CHECK(actual_one[0][i].item<double>() == Approx(expected_b).epsilon(tolerance).margin(1e-30));
+  }
+}
