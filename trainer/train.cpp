@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "dist/comm/communicator.h"
 #include "trainer/checkpoint.h"
 #include "trainer/config.h"
 #include "trainer/graphed_step.h"
@@ -119,12 +120,15 @@ class Trainer {
       s_.train_loader->start_epoch(epoch, step_ - epoch * s_.steps_per_epoch);
       start_interval();
       while (step_ < epoch_end && stop_signal_ == 0) {
+        // A timed collective costs device time (dist::set_timing): only the steps whose
+        // figures are reported or traced are timed.
+        dist::set_timing(timeline_.enabled() || reports_after(step_ + 1, epoch_end));
         profiler_.before_step(step_);
         train_step();
         profiler_.after_step(step_);
         if (timeline_.enabled()) timeline_.add_step_spans(s_.strategy->last_step_spans());
         ++step_;
-        if (step_ % config_.run.log_every == 0 || step_ == epoch_end) report_step(epoch);
+        if (reports_after(step_, epoch_end)) report_step(epoch);
         const int64_t every = config_.train.checkpoint_every;
         if (step_ < epoch_end && every > 0 && step_ % every == 0) checkpoint();
       }
@@ -179,6 +183,12 @@ class Trainer {
     }
     Timeline::Phase phase(timeline_, "optimizer step");
     s_.strategy->step(s_.schedule->lr_at(step_));
+  }
+
+  // Whether the metrics are written once `step` steps are done: every run.log_every steps and
+  // at the end of each epoch.
+  bool reports_after(int64_t step, int64_t epoch_end) const {
+    return step % config_.run.log_every == 0 || step == epoch_end;
   }
 
   // One micro-step's forward and backward; returns its loss, divided by the micro-steps.

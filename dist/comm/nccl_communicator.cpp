@@ -48,6 +48,7 @@ class NcclCommunicator : public Communicator {
         stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device)),
         ready_(device, cudaEventDisableTiming),
         timing_events_(CudaEventPool::create(device, cudaEventDefault)),
+        untimed_events_(CudaEventPool::create(device, cudaEventDisableTiming)),
         progress_(std::move(progress)),
         watchdog_(timeout_s, watchdog_hooks()) {
     c10::cuda::CUDAGuard guard(device_);  // NCCL binds a communicator to the current device
@@ -90,7 +91,7 @@ class NcclCommunicator : public Communicator {
 
   std::shared_ptr<const TimePoint> now() override {
     c10::cuda::CUDAGuard guard(device_);  // the null (default) stream is the current device's
-    auto event = timing_events_->acquire();
+    auto event = event_pool().acquire();
     event->record(c10::cuda::getCurrentCUDAStream(device_).stream());
     return std::make_shared<CudaTimePoint>(std::move(event));
   }
@@ -341,8 +342,8 @@ class NcclCommunicator : public Communicator {
     const cudaStream_t stream = stream_.stream();
     ready_.record(c10::cuda::getCurrentCUDAStream(device_).stream());
     DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream, ready_.get(), 0));
-    auto started = timing_events_->acquire();
-    auto finished = timing_events_->acquire();
+    auto started = event_pool().acquire();
+    auto finished = event_pool().acquire();
     started->record(stream);
     call(stream);
     finished->record(stream);
@@ -351,6 +352,8 @@ class NcclCommunicator : public Communicator {
     }
     for (const auto& launched : events) launched->set(started, finished);
   }
+
+  CudaEventPool& event_pool() const { return timing() ? *timing_events_ : *untimed_events_; }
 
   // On the watchdog's thread, after it logged the timeout.
   void abort_job() {
@@ -379,7 +382,9 @@ class NcclCommunicator : public Communicator {
   double timeout_s_;
   c10::cuda::CUDAStream stream_;
   CudaEvent ready_;  // re-recorded for each operation: a stream wait uses the latest record
-  std::shared_ptr<CudaEventPool> timing_events_;  // each operation's started and finished
+  // Each operation's started and finished, and now()'s: timed while timing() is on.
+  std::shared_ptr<CudaEventPool> timing_events_;
+  std::shared_ptr<CudaEventPool> untimed_events_;
   std::atomic<ncclComm_t> comm_{nullptr};  // read by the watchdog's thread to abort it
   int rank_ = 0;
   int size_ = 1;

@@ -3,9 +3,12 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <limits>
+
 namespace dtrain::dist {
 
-CudaEvent::CudaEvent(c10::DeviceIndex device, unsigned int flags) {
+CudaEvent::CudaEvent(c10::DeviceIndex device, unsigned int flags)
+    : timed_((flags & cudaEventDisableTiming) == 0) {
   c10::cuda::CUDAGuard guard(device);  // an event belongs to the device current at creation
   DTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event_, flags));
 }
@@ -66,6 +69,7 @@ void CudaEventPool::release(CudaEvent* event) {
 double CudaTimePoint::ms_until(const TimePoint& later) const {
   const auto* other = dynamic_cast<const CudaTimePoint*>(&later);
   DTRAIN_CHECK(other != nullptr, "ms_until: both time points must come from the NCCL backend");
+  if (!event_->timed() || !other->event_->timed()) return std::numeric_limits<double>::quiet_NaN();
   DTRAIN_CUDA_CHECK(cudaEventSynchronize(event_->get()));
   DTRAIN_CUDA_CHECK(cudaEventSynchronize(other->event_->get()));
   float ms = 0.0f;

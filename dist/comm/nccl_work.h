@@ -34,12 +34,15 @@ class CudaEvent {
   CudaEvent& operator=(const CudaEvent&) = delete;
 
   cudaEvent_t get() const { return event_; }
+  // Created with timing (cudaEventDefault rather than cudaEventDisableTiming).
+  bool timed() const { return timed_; }
   void record(cudaStream_t stream);
   // Whether the work before the latest record has completed; never blocks.
   bool query() const;
 
  private:
   cudaEvent_t event_ = nullptr;
+  bool timed_;
 };
 
 // Events recycled between operations. Creating and destroying the two events of a collective
@@ -65,7 +68,8 @@ class CudaEventPool : public std::enable_shared_from_this<CudaEventPool> {
 class CudaTimePoint : public TimePoint {
  public:
   explicit CudaTimePoint(std::shared_ptr<CudaEvent> event) : event_(std::move(event)) {}
-  // Blocks until both events have happened; both must be on one device.
+  // Blocks until both events have happened; both must be on one device. NaN unless both
+  // events are timed.
   double ms_until(const TimePoint& later) const override;
 
  private:

@@ -67,22 +67,26 @@ void Watchdog::poll_loop() {
   }
   while (sleep_interval()) {
     if (hooks_.on_poll) hooks_.on_poll();
-    std::list<std::shared_ptr<Watched>> snapshot;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      snapshot = watched_;
-    }
-    // Without the lock: a query may block (see the header), and watch() must not.
-    for (const auto& watched : snapshot) {
+    // Oldest first, up to the first one still running: the operations complete in the order
+    // watched, and each query is a driver call that competes with the training loop's.
+    for (;;) {
+      std::shared_ptr<Watched> oldest;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (watched_.empty()) break;
+        oldest = watched_.front();
+      }
+      // Without the lock: a query may block (see the header), and watch() must not.
       try {
-        if (watched->done()) watched->completed.store(true);
+        if (!oldest->done()) break;
       } catch (const std::exception& e) {  // a CUDA error raised by a kernel of the operation
         end_job(fmt::format("rank {}: {} failed: {}; ending the job", error_rank(),
-                            watched->describe(), e.what()));
+                            oldest->describe(), e.what()));
       }
+      oldest->completed.store(true);
+      std::lock_guard<std::mutex> lock(mutex_);
+      watched_.pop_front();  // only this thread removes entries: still the front
     }
-    std::lock_guard<std::mutex> lock(mutex_);
-    watched_.remove_if([](const auto& watched) { return watched->completed.load(); });
   }
 }
 

@@ -39,6 +39,9 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
+  // Operations must complete in the order they are watched (one stream, as NCCL's
+  // operations on one communicator do): the poller stops at the first one still running.
+  //
   // Bounds the operation that `describe()` names (e.g. "all_reduce #7 (1024 x Float)") from
   // now on, until `done()` returns true. The name is formatted only at a timeout: operations
   // are issued thousands of times a second. `done` runs on the poller's thread. `sequence`:

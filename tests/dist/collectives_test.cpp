@@ -10,9 +10,11 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 using dtrain::dist::Communicator;
@@ -259,6 +261,29 @@ TEST_CASE("dup keeps the members and ranks, in a matching space of its own",
   CHECK(torch::equal(tensor.cpu(), torch::arange(3, torch::kFloat64) * comm.size() +
                                        1000.0 * sum_of_ranks(comm.size())));
   copy->barrier();
+}
+
+TEST_CASE("timing off: NCCL's time points measure nothing, the results stay right",
+          "[dist][collectives]") {
+  Communicator& comm = world();
+  auto timed_ms = [&](bool timing) {
+    dtrain::dist::set_timing(timing);
+    torch::Tensor tensor = torch::ones({1000}, device_options(torch::kFloat32));
+    const auto start = comm.now();
+    auto work = comm.all_reduce(tensor, ReduceOp::kSum);
+    work->wait();
+    dtrain::dist::set_timing(true);
+    CHECK(tensor.cpu().eq(comm.size()).all().item<bool>());
+    return std::pair{work->started()->ms_until(*work->finished()),
+                     start->ms_until(*work->finished())};
+  };
+  const auto [op_ms, span_ms] = timed_ms(true);
+  CHECK(op_ms >= 0.0);
+  CHECK(span_ms >= op_ms);
+  const auto [untimed_op_ms, untimed_span_ms] = timed_ms(false);
+  // MPI reads the host clock, which costs nothing: always timed.
+  CHECK(std::isnan(untimed_op_ms) == (comm.backend() == "nccl"));
+  CHECK(std::isnan(untimed_span_ms) == (comm.backend() == "nccl"));
 }
 
 TEST_CASE("NCCL refuses probes and receives from any rank", "[dist][collectives]") {
