@@ -1,5 +1,6 @@
 #include "optim/foreach_sgd.h"
 
+#include "optim/multi_tensor.h"
 #include "optim/state_key.h"
 
 #include <type_traits>
@@ -24,6 +25,23 @@ torch::Tensor ForeachSGD::step(LossClosure closure) {
       grads.push_back(param.grad());
     }
     if (params.empty()) continue;
+    // Once every parameter has its buffer, on CUDA: one multi-tensor pass (optim/multi_tensor.h),
+    // 20 bytes a parameter against the 44 of the list ops below.
+    if (options.momentum() != 0.0 && has_multi_tensor_kernels(params.front().device())) {
+      for (const torch::Tensor& param : params) {
+        auto found = state_.find(state_key<Key>(param));
+        if (found == state_.end()) break;
+        buffers.push_back(
+            static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer());
+      }
+      if (buffers.size() == params.size()) {
+        sgd_update_(params, grads, buffers,
+                    {options.lr(), options.weight_decay(), options.momentum(),
+                     options.dampening(), options.nesterov()});
+        continue;
+      }
+      buffers.clear();
+    }
     // d_p = g + wd * p, out of place: the .grad tensors keep the raw gradients.
     std::vector<torch::Tensor> steps = options.weight_decay() != 0.0
                                            ? at::_foreach_add(grads, params, options.weight_decay())

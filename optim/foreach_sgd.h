@@ -1,6 +1,7 @@
 // SGD with momentum, the arithmetic of torch::optim::SGD applied to whole parameter groups
 // with multi-tensor (_foreach) kernels: a handful of launches per step on CUDA instead of
-// four per parameter, as PyTorch's Python SGD does by default (foreach=True).
+// four per parameter, as PyTorch's Python SGD does by default (foreach=True). On CUDA, once
+// the momentum buffers exist, one fused pass (optim::sgd_update_) in place of the list ops.
 // State and checkpoints are torch::optim::SGD's, so the two are interchangeable.
 #pragma once
 

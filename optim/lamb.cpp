@@ -87,12 +87,23 @@ torch::Tensor Lamb::step(LossClosure closure) {
     }
     const LambDirectionArgs direction{options.beta1(), options.beta2(), options.eps(),
                                       options.weight_decay()};
+    const TrustRatioArgs trust{1.0, 0.0, options.trust_eps(), options.max_trust_ratio()};
+    if (options.adapt()) {
+      // On CUDA: the moments and the norms in one pass, the weights in a second.
+      const torch::Tensor sq_norms =
+          lamb_moments_(params, grads, exp_avgs, exp_avg_sqs, steps, clip, direction);
+      if (sq_norms.defined()) {
+        const torch::Tensor ratios =
+            trust_ratios_of_squares(params, sq_norms, norm_reducer_, trust);
+        lamb_apply_(params, exp_avgs, exp_avg_sqs, steps, ratios, direction, -options.lr());
+        continue;
+      }
+    }
     const std::vector<torch::Tensor> updates =
         lamb_directions(params, grads, exp_avgs, exp_avg_sqs, steps, clip, direction);
     if (options.adapt()) {
       // The reducer runs even for an empty shard, so collectives stay matched.
-      const TrustRatioArgs args{1.0, 0.0, options.trust_eps(), options.max_trust_ratio()};
-      const torch::Tensor ratios = trust_ratios(params, updates, norm_reducer_, args);
+      const torch::Tensor ratios = trust_ratios(params, updates, norm_reducer_, trust);
       if (params.empty()) continue;
       add_scaled_(params, updates, ratios, -options.lr());
     } else if (!params.empty()) {

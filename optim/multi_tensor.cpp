@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <stdexcept>
 
 namespace dtrain::optim {
 
@@ -14,14 +15,14 @@ namespace dtrain::optim {
 namespace {
 
 // Whether the kernels can treat every tuple (lists[0][i], lists[1][i], ...) as flat arrays of
-// numel elements that correspond one to one.
+// numel elements that correspond one to one, with one factor per tuple (undefined: none).
 bool kernels_take(std::initializer_list<const std::vector<torch::Tensor>*> lists,
                   const torch::Tensor& factors) {
   const auto& first = *lists.begin();
   if (first->empty() || !has_multi_tensor_kernels(first->front().device())) return false;
   const torch::Device device = first->front().device();
-  if (factors.device() != device || factors.dim() != 1 ||
-      factors.numel() != static_cast<int64_t>(first->size())) {
+  if (factors.defined() && (factors.device() != device || factors.dim() != 1 ||
+                            factors.numel() != static_cast<int64_t>(first->size()))) {
     return false;
   }
   for (size_t i = 0; i < first->size(); ++i) {
@@ -56,6 +57,30 @@ bool norm_kernels_take(const std::vector<torch::Tensor>& first,
     }
   }
   return true;
+}
+
+// LAMB's clip factor per tensor, or undefined where the kernels do not take the lists (one
+// step count for all, as the kernels take one bias correction).
+torch::Tensor lamb_clip_factors(const std::vector<torch::Tensor>& params,
+                                const std::vector<torch::Tensor>& grads,
+                                const std::vector<torch::Tensor>& exp_avgs,
+                                const std::vector<torch::Tensor>& exp_avg_sqs,
+                                const std::vector<int64_t>& steps, const torch::Tensor& clip) {
+  if (params.empty() || !has_multi_tensor_kernels(params.front().device())) return {};
+  if (!std::all_of(steps.begin(), steps.end(), [&](int64_t t) { return t == steps.front(); })) {
+    return {};
+  }
+  const auto n = static_cast<int64_t>(params.size());
+  torch::Tensor factors = clip.defined() ? clip.reshape({1}).expand({n})
+                                         : torch::ones({n}, params.front().options());
+  return kernels_take({&params, &grads, &exp_avgs, &exp_avg_sqs}, factors) ? factors
+                                                                           : torch::Tensor();
+}
+
+cuda::LambScalars lamb_scalars(const LambDirectionArgs& args, int64_t step) {
+  const auto t = static_cast<double>(step);
+  return {args.beta1, args.beta2, args.eps, args.weight_decay, 1.0 - std::pow(args.beta1, t),
+          std::sqrt(1.0 - std::pow(args.beta2, t))};
 }
 
 }  // namespace
@@ -94,6 +119,24 @@ void add_scaled_(const std::vector<torch::Tensor>& targets,
   }
 }
 
+void sgd_update_(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
+                 const std::vector<torch::Tensor>& buffers, const SgdArgs& args) {
+  if (params.empty()) return;
+#ifdef DTRAIN_CUDA_KERNELS
+  if (kernels_take({&params, &grads, &buffers}, torch::Tensor())) {
+    cuda::sgd_update_(params, grads, buffers,
+                      {args.lr, args.weight_decay, args.momentum, args.dampening, args.nesterov});
+    return;
+  }
+#endif
+  for (size_t i = 0; i < params.size(); ++i) {
+    const torch::Tensor d =
+        args.weight_decay != 0.0 ? grads[i].add(params[i], args.weight_decay) : grads[i];
+    buffers[i].mul_(args.momentum).add_(d, 1.0 - args.dampening);
+    params[i].add_(args.nesterov ? d.add(buffers[i], args.momentum) : buffers[i], -args.lr);
+  }
+}
+
 void lars_update_(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
                   const std::vector<torch::Tensor>& buffers, const torch::Tensor& factors,
                   double weight_decay, double momentum) {
@@ -128,15 +171,9 @@ std::vector<torch::Tensor> lamb_directions(const std::vector<torch::Tensor>& par
                                            const LambDirectionArgs& args) {
   if (params.empty()) return {};
 #ifdef DTRAIN_CUDA_KERNELS
-  const bool one_step = std::all_of(steps.begin(), steps.end(),
-                                    [&](int64_t t) { return t == steps.front(); });
-  const auto n = static_cast<int64_t>(params.size());
   const torch::Tensor clip_factors =
-      !one_step || !has_multi_tensor_kernels(params.front().device()) ? torch::Tensor()
-      : clip.defined() ? clip.reshape({1}).expand({n})
-                       : torch::ones({n}, params.front().options());
-  if (clip_factors.defined() &&
-      kernels_take({&params, &grads_in, &exp_avgs, &exp_avg_sqs}, clip_factors)) {
+      lamb_clip_factors(params, grads_in, exp_avgs, exp_avg_sqs, steps, clip);
+  if (clip_factors.defined()) {
     // One allocation, viewed as each weight is laid out (dense: checked above); an allocation
     // per tensor took more host time than the kernel takes on the device.
     int64_t total = 0;
@@ -148,10 +185,8 @@ std::vector<torch::Tensor> lamb_directions(const std::vector<torch::Tensor>& par
       updates.push_back(flat.as_strided(param.sizes(), param.strides(), offset));
       offset += param.numel();
     }
-    const auto t = static_cast<double>(steps.front());
     cuda::lamb_directions_(params, grads_in, exp_avgs, exp_avg_sqs, updates, clip_factors,
-                           {args.beta1, args.beta2, args.eps, args.weight_decay,
-                            1.0 - std::pow(args.beta1, t), std::sqrt(1.0 - std::pow(args.beta2, t))});
+                           lamb_scalars(args, steps.front()));
     return updates;
   }
 #endif
@@ -169,6 +204,37 @@ std::vector<torch::Tensor> lamb_directions(const std::vector<torch::Tensor>& par
     updates.push_back(update);
   }
   return updates;
+}
+
+torch::Tensor lamb_moments_(const std::vector<torch::Tensor>& params,
+                            const std::vector<torch::Tensor>& grads,
+                            const std::vector<torch::Tensor>& exp_avgs,
+                            const std::vector<torch::Tensor>& exp_avg_sqs,
+                            const std::vector<int64_t>& steps, const torch::Tensor& clip,
+                            const LambDirectionArgs& args) {
+#ifdef DTRAIN_CUDA_KERNELS
+  const torch::Tensor clip_factors =
+      lamb_clip_factors(params, grads, exp_avgs, exp_avg_sqs, steps, clip);
+  if (clip_factors.defined()) {
+    return cuda::lamb_moments_(params, grads, exp_avgs, exp_avg_sqs, clip_factors,
+                               lamb_scalars(args, steps.front()));
+  }
+#endif
+  return {};
+}
+
+void lamb_apply_(const std::vector<torch::Tensor>& params,
+                 const std::vector<torch::Tensor>& exp_avgs,
+                 const std::vector<torch::Tensor>& exp_avg_sqs, const std::vector<int64_t>& steps,
+                 const torch::Tensor& factors, const LambDirectionArgs& args, double alpha) {
+#ifdef DTRAIN_CUDA_KERNELS
+  if (!params.empty() && kernels_take({&params, &exp_avgs, &exp_avg_sqs}, factors)) {
+    cuda::lamb_apply_(params, exp_avgs, exp_avg_sqs, factors, lamb_scalars(args, steps.front()),
+                      alpha);
+    return;
+  }
+#endif
+  throw std::logic_error("lamb_apply_ after a lamb_moments_ that returned undefined");
 }
 
 }  // namespace dtrain::optim

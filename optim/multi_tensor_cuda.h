@@ -18,6 +18,15 @@ void lars_update_(const std::vector<at::Tensor>& params, const std::vector<at::T
                   const std::vector<at::Tensor>& buffers, const at::Tensor& factors,
                   double weight_decay, double momentum);
 
+struct SgdScalars {
+  double lr, weight_decay, momentum, dampening;
+  bool nesterov;
+};
+
+// torch::optim::SGD's step with existing momentum buffers, one pass (20 bytes a parameter).
+void sgd_update_(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                 const std::vector<at::Tensor>& buffers, const SgdScalars& scalars);
+
 struct LambScalars {
   double beta1, beta2, eps, weight_decay;
   double bias1, sqrt_bias2;  // 1 - beta1^t and sqrt(1 - beta2^t), one t for every tensor
@@ -29,6 +38,19 @@ void lamb_directions_(const std::vector<at::Tensor>& params, const std::vector<a
                       const std::vector<at::Tensor>& exp_avg_sqs,
                       const std::vector<at::Tensor>& updates, const at::Tensor& clip_factors,
                       const LambScalars& scalars);
+
+// LAMB in two passes, the direction never stored: lamb_moments_ updates the moments and
+// returns [2, n] in the op-math type, the squared norms of w and of u (as lamb_directions_
+// computes u); lamb_apply_ then does w += alpha * factors[i] * u, u recomputed from the
+// updated moments.
+at::Tensor lamb_moments_(const std::vector<at::Tensor>& params,
+                         const std::vector<at::Tensor>& grads,
+                         const std::vector<at::Tensor>& exp_avgs,
+                         const std::vector<at::Tensor>& exp_avg_sqs,
+                         const at::Tensor& clip_factors, const LambScalars& scalars);
+void lamb_apply_(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& exp_avgs,
+                 const std::vector<at::Tensor>& exp_avg_sqs, const at::Tensor& factors,
+                 const LambScalars& scalars, double alpha);
 
 // [L, n] in the op-math type: the sum of squares of each tensor of `first` (L = 1) and of
 // `second` (L = 2; tensor i as many elements as first's). Dense tensors of one dtype. Two

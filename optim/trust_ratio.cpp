@@ -16,7 +16,12 @@ torch::Tensor trust_ratios(const std::vector<torch::Tensor>& params,
     return torch::ones({0});
   }
   // [2, n]: squared norms of the weights (row 0) and the updates (row 1).
-  torch::Tensor sq_norms = squared_norms(params, &updates);
+  return trust_ratios_of_squares(params, squared_norms(params, &updates), reducer, args);
+}
+
+torch::Tensor trust_ratios_of_squares(const std::vector<torch::Tensor>& params,
+                                      torch::Tensor sq_norms, const NormReducer& reducer,
+                                      const TrustRatioArgs& args) {
   if (reducer) sq_norms = reducer(params, sq_norms);
 #ifdef DTRAIN_CUDA_KERNELS
   // One kernel for the dozen elementwise ops below, each a launch of its own.

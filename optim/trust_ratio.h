@@ -45,4 +45,10 @@ torch::Tensor trust_ratios(const std::vector<torch::Tensor>& params,
                            const std::vector<torch::Tensor>& updates, const NormReducer& reducer,
                            const TrustRatioArgs& args);
 
+// The same from the local squared norms [2, n] of non-empty `params` and their updates,
+// computed by the caller (LAMB's fused pass on CUDA).
+torch::Tensor trust_ratios_of_squares(const std::vector<torch::Tensor>& params,
+                                      torch::Tensor sq_norms, const NormReducer& reducer,
+                                      const TrustRatioArgs& args);
+
 }  // namespace dtrain::optim

@@ -1,8 +1,8 @@
-// add_scaled_, lars_update_ and lamb_directions against per-tensor float64 arithmetic, over tensor lists that
-// cross every boundary of the CUDA kernels' launches: more tensors than one launch takes, a
-// tensor of more chunks than one launch covers, empty tensors, channels-last tensors, and a
-// tuple whose layouts differ (which must fall back to ATen). Under DTRAIN_TEST_DEVICE=cuda the
-// kernels run; on the CPU the ATen path does.
+// add_scaled_, lars_update_, lamb_directions and squared_norms against per-tensor float64
+// arithmetic, over tensor lists that cross every boundary of the CUDA kernels' launches: more
+// tensors than one launch takes, a tensor of more chunks than one launch covers, empty tensors,
+// channels-last tensors, and a tuple whose layouts differ (which must fall back to ATen). Under
+// DTRAIN_TEST_DEVICE=cuda the kernels run; on the CPU the ATen path does.
 #include "golden.h"
 #include "optim/multi_tensor.h"
 
@@ -15,18 +15,18 @@ struct Lists {
   torch::Tensor factors;
 };
 
-// 70 small tensors, a large one, an empty one, a channels-last one. Where the kernels run, the
-// large float32 one spans more chunks (65536 elements) than a launch takes (320); the ATen
-// path needs no such size, and the CPU in CI is slow at it.
+// 140 small tensors (more than a launch takes: 128), a large one, an empty one, a channels-last
+// one. Where the kernels run, the large float32 one spans more chunks (65536 elements) than a
+// launch takes (1024); the ATen path needs no such size, and the CPU in CI is slow at it.
 Lists make_lists(torch::ScalarType dtype) {
   torch::manual_seed(7);
   const torch::Device device = golden::device();
   const auto options = torch::TensorOptions().dtype(dtype).device(device);
   std::vector<std::vector<int64_t>> shapes;
-  for (int i = 0; i < 70; ++i) shapes.push_back({i % 5 + 1, 3 * i + 1});
+  for (int i = 0; i < 140; ++i) shapes.push_back({i % 5 + 1, 3 * i + 1});
   const bool launch_boundaries = dtrain::optim::has_multi_tensor_kernels(device) &&
                                  dtype == torch::kFloat32;  // one dtype suffices, and is quicker
-  const int64_t chunks = launch_boundaries ? 320 : 3;
+  const int64_t chunks = launch_boundaries ? 1024 : 3;
   shapes.push_back({chunks * 65536 + 777});
   shapes.push_back({0, 4});
   shapes.push_back({8, 3, 5, 5});
@@ -148,9 +148,9 @@ TEST_CASE("squared_norms sums each tensor's squares, of one list or of two, the 
           "[optim][multi_tensor]") {
   const auto dtype = GENERATE(torch::kFloat64, torch::kFloat32, torch::kBFloat16);
   Lists lists = make_lists(dtype);
-  // More tensors than the kernels' summing pass takes in one launch (384).
+  // More tensors than the kernels' summing pass takes in one launch (1024).
   const auto options = lists.a.front().options();
-  for (int i = 0; i < 400; ++i) {
+  for (int i = 0; i < 1000; ++i) {
     lists.a.push_back(torch::randn({i % 7 + 1}, options));
     lists.b.push_back(torch::randn({i % 7 + 1}, options));
   }
@@ -176,4 +176,29 @@ TEST_CASE("squared_norms sums each tensor's squares, of one list or of two, the 
     CHECK(actual[1][i].item<double>() == Approx(expected_b).epsilon(tolerance).margin(1e-30));
     CHECK(actual_one[0][i].item<double>() == Approx(expected_b).epsilon(tolerance).margin(1e-30));
   }
+}
+
+TEST_CASE("sgd_update_ is torch::optim::SGD's step with momentum buffers",
+          "[optim][multi_tensor]") {
+  const auto dtype = GENERATE(torch::kFloat64, torch::kFloat32, torch::kBFloat16);
+  const bool nesterov = GENERATE(false, true);
+  const double dampening = nesterov ? 0.0 : 0.25;  // PyTorch's nesterov needs dampening 0
+  Lists lists = make_lists(dtype);
+  const bool mixed_layouts = GENERATE(false, true);
+  if (mixed_layouts) lists.b.back() = lists.b.back().contiguous();  // kernels must decline
+  const dtrain::optim::SgdArgs args{0.05, 1e-2, 0.9, dampening, nesterov};
+
+  const auto w = to_double(lists.a);
+  const auto g = to_double(lists.b);
+  const auto b = to_double(lists.c);
+  std::vector<torch::Tensor> expected_w, expected_b;
+  for (size_t i = 0; i < w.size(); ++i) {
+    const auto d = g[i] + args.weight_decay * w[i];
+    expected_b.push_back(args.momentum * b[i] + (1 - args.dampening) * d);
+    const auto step = nesterov ? d + args.momentum * expected_b.back() : expected_b.back();
+    expected_w.push_back(w[i] - args.lr * step);
+  }
+  dtrain::optim::sgd_update_(lists.a, lists.b, lists.c, args);
+  check_close(lists.a, expected_w, tolerance_of(dtype));
+  check_close(lists.c, expected_b, tolerance_of(dtype));
 }
