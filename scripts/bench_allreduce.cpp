@@ -4,10 +4,11 @@
 // also pays the stream/event handshake); raw NCCL calls ncclAllReduce back to back on one
 // stream of its own communicator.
 //   usage: mpirun -np N build/bench_allreduce [--large]
-// Prints on rank 0 one line per size: time per call and bus bandwidth of both, the ratio
-// ours/raw, and the time of raw NCCL with our streams' handshake (Handshake below). Bus
-// bandwidth as nccl-tests reports it: algbw = bytes / time, busbw = algbw x 2(n-1)/n. Each
-// figure is the best of three rounds, the sides alternated.
+// Prints on rank 0 one line per size: time per call and bus bandwidth of both (and the host's
+// time to issue ours), the ratio raw/ours, and the time of raw NCCL with our streams'
+// handshake and its two variants (Handshake below). Bus bandwidth as nccl-tests reports it:
+// algbw = bytes / time, busbw = algbw x 2(n-1)/n. Each figure is the best of three rounds,
+// the sides alternated.
 #include "common/error.h"
 #include "dist/comm/mpi_communicator.h"
 #include "dist/comm/nccl_communicator.h"
@@ -74,22 +75,39 @@ struct RawNccl {
 // Raw NCCL with only the streams' handshake that ours does around each operation: the NCCL
 // stream waits for the caller's stream, and the caller's stream for the result. What this
 // costs beyond raw NCCL is the price of the two hops between streams; what ours costs beyond
-// this is its host-side bookkeeping (the watchdog's entry, the events of the stats).
+// this is its host-side bookkeeping (the watchdog's entry, the events of the stats). Two
+// variants take one step each towards ours: the caller is the legacy default stream (the
+// trainer's compute stream), or the operation is bracketed by timing events (ours records a
+// start and an end for the step's statistics).
 struct Handshake {
   RawNccl& raw;
   cudaStream_t caller = nullptr;
   cudaEvent_t ready = nullptr;
   cudaEvent_t done = nullptr;
+  cudaEvent_t started = nullptr;  // timing variant only
 
-  explicit Handshake(RawNccl& nccl) : raw(nccl) {
-    check_cuda(cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking), "cudaStreamCreate");
+  enum class Variant { kPlain, kLegacyCaller, kTimingEvents };
+  Variant variant;
+
+  Handshake(RawNccl& nccl, Variant kind) : raw(nccl), variant(kind) {
+    if (variant == Variant::kLegacyCaller) {
+      caller = cudaStreamLegacy;
+    } else {
+      check_cuda(cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking), "cudaStreamCreate");
+    }
+    const unsigned done_flags =
+        variant == Variant::kTimingEvents ? cudaEventDefault : cudaEventDisableTiming;
     check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
-    check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventCreateWithFlags(&done, done_flags), "cudaEventCreate");
+    if (variant == Variant::kTimingEvents) {
+      check_cuda(cudaEventCreateWithFlags(&started, cudaEventDefault), "cudaEventCreate");
+    }
   }
   ~Handshake() {
+    if (started) cudaEventDestroy(started);
     cudaEventDestroy(done);
     cudaEventDestroy(ready);
-    cudaStreamDestroy(caller);
+    if (variant != Variant::kLegacyCaller) cudaStreamDestroy(caller);
   }
   Handshake(const Handshake&) = delete;
   Handshake& operator=(const Handshake&) = delete;
@@ -97,25 +115,32 @@ struct Handshake {
   void all_reduce(int64_t count) {
     check_cuda(cudaEventRecord(ready, caller), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(raw.stream, ready, 0), "cudaStreamWaitEvent");
+    if (started) check_cuda(cudaEventRecord(started, raw.stream), "cudaEventRecord");
     raw.all_reduce(count);
     check_cuda(cudaEventRecord(done, raw.stream), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(caller, done, 0), "cudaStreamWaitEvent");
   }
 };
 
-// Seconds per call of `issue`, the slowest rank's: `iterations` calls after a warm-up, timed
-// on the host from an idle device to an idle device.
-double seconds_per_call(int iterations, const std::function<void()>& issue) {
+struct CallTime {
+  double seconds;       // per call, the slowest rank's, from an idle device to an idle device
+  double host_seconds;  // per call, to issue it on the host (the slowest rank's)
+};
+
+// `iterations` calls of `issue` after a warm-up.
+CallTime time_calls(int iterations, const std::function<void()>& issue) {
   for (int i = 0; i < kWarmup; ++i) issue();
   check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   MPI_Barrier(MPI_COMM_WORLD);
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < iterations; ++i) issue();
+  const auto issued = std::chrono::steady_clock::now();
   check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iterations;
-  MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return seconds;
+  const auto end = std::chrono::steady_clock::now();
+  double times[2] = {std::chrono::duration<double>(end - start).count() / iterations,
+                     std::chrono::duration<double>(issued - start).count() / iterations};
+  MPI_Allreduce(MPI_IN_PLACE, times, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return {times[0], times[1]};
 }
 
 double busbw_gbps(int64_t bytes, double seconds, int ranks) {
@@ -142,15 +167,18 @@ int main(int argc, char* argv[]) {
   auto comm = dtrain::dist::make_nccl_world(world.local_rank, /*timeout_s=*/300.0);
   check_sum(*comm);
   RawNccl raw(world, max_bytes);
-  Handshake handshake(raw);
+  Handshake handshake(raw, Handshake::Variant::kPlain);
+  Handshake legacy(raw, Handshake::Variant::kLegacyCaller);
+  Handshake timed(raw, Handshake::Variant::kTimingEvents);
   torch::Tensor tensor =
       torch::zeros({max_bytes / 4}, torch::dtype(torch::kFloat32).device(comm->device()));
 
   if (world.rank == 0) {
-    fmt::print("all_reduce float32 sum in place, {} ranks; busbw = algbw x 2(n-1)/n\n",
+    fmt::print("all_reduce float32 sum in place, {} ranks; busbw = algbw x 2(n-1)/n; us per call\n",
                world.size);
-    fmt::print("{:>9} {:>10} {:>12} {:>10} {:>12} {:>11} {:>14}\n", "size", "dtrain us",
-               "dtrain GB/s", "raw us", "raw GB/s", "ours/raw", "handshake us");
+    fmt::print("{:>9} {:>9} {:>10} {:>11} {:>8} {:>10} {:>9} {:>10} {:>10} {:>10}\n", "size",
+               "dtrain", "(host)", "dtrain GB/s", "raw", "raw GB/s", "ours/raw", "handshake",
+               "+legacy", "+timing");
   }
   for (const int64_t mib : sizes_mib) {
     const int64_t bytes = mib * kMiB;
@@ -158,21 +186,30 @@ int main(int argc, char* argv[]) {
     // About 16 GiB moved per round: enough calls to time the small sizes well.
     const int iterations = static_cast<int>(std::clamp<int64_t>(16 * 1024 / mib, 20, 1000));
     torch::Tensor slice = tensor.narrow(0, 0, count);
-    double ours = 1e30;
-    double reference = 1e30;
-    double handshaken = 1e30;
+    CallTime ours{1e30, 1e30};
+    double reference = 1e30, plain = 1e30, on_legacy = 1e30, with_timing = 1e30;
+    auto best = [&](double& so_far, Handshake& variant) {
+      so_far = std::min(so_far,
+                        time_calls(iterations, [&] { variant.all_reduce(count); }).seconds);
+    };
     for (int round = 0; round < kRounds; ++round) {
-      ours = std::min(ours, seconds_per_call(iterations, [&] {
-                        comm->all_reduce(slice, ReduceOp::kSum)->wait();
-                      }));
-      reference = std::min(reference, seconds_per_call(iterations, [&] { raw.all_reduce(count); }));
-      handshaken = std::min(handshaken,
-                            seconds_per_call(iterations, [&] { handshake.all_reduce(count); }));
+      const CallTime time = time_calls(iterations, [&] {
+        comm->all_reduce(slice, ReduceOp::kSum)->wait();
+      });
+      if (time.seconds < ours.seconds) ours = time;
+      reference = std::min(reference,
+                           time_calls(iterations, [&] { raw.all_reduce(count); }).seconds);
+      best(plain, handshake);
+      best(on_legacy, legacy);
+      best(with_timing, timed);
     }
     if (world.rank == 0) {
-      fmt::print("{:>5} MiB {:>10.1f} {:>12.1f} {:>10.1f} {:>12.1f} {:>11.3f} {:>14.1f}\n", mib,
-                 ours * 1e6, busbw_gbps(bytes, ours, world.size), reference * 1e6,
-                 busbw_gbps(bytes, reference, world.size), reference / ours, handshaken * 1e6);
+      fmt::print("{:>5} MiB {:>9.1f} {:>10.1f} {:>11.1f} {:>8.1f} {:>10.1f} {:>9.3f} {:>10.1f} "
+                 "{:>10.1f} {:>10.1f}\n",
+                 mib, ours.seconds * 1e6, ours.host_seconds * 1e6,
+                 busbw_gbps(bytes, ours.seconds, world.size), reference * 1e6,
+                 busbw_gbps(bytes, reference, world.size), reference / ours.seconds, plain * 1e6,
+                 on_legacy * 1e6, with_timing * 1e6);
     }
   }
   return 0;

@@ -1,7 +1,9 @@
 // Optimizer step time against the memory-bandwidth floor, on ResNet-50's parameters (25.6 M,
 // fp32, with random gradients): SGD with momentum, LARS and LAMB as the trainer builds them
 // (optim::make_optimizer, default parameter groups).
-//   usage: build/bench_optim [cuda|cpu] [steps]      (default: cuda when available, 50 steps)
+//   usage: build/bench_optim [cuda|cpu] [steps]      (default: cuda when available, 20 steps)
+// Steps are timed in one batch behind a sleep kernel: more than a few dozen would fill the
+// device's queue of pending launches, and the host would then wait for the device.
 // The floor is the bytes an update must move over the copy bandwidth of the same device,
 // measured in the same run (a 1 GiB tensor copy on a GPU, 256 MiB on a CPU, counting its read
 // and its write). Bytes per parameter, fp32: SGD reads w, g, m and writes w, m (20 B). LARS must
@@ -44,26 +46,36 @@ double mean_ms(const torch::Device& device, int warmup, int steps, Fn&& fn) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count() / steps;
 }
 
-// GPU time per call: `calls` calls queued behind a sleep kernel long enough to cover their
-// launches, so the time between the two events is the kernels' own, without launch gaps.
-// (On a CPU, or a build without CUDA: nothing to separate, the host time.)
+struct CallMs {
+  double host;  // the host's own time to issue a call
+  double gpu;   // the kernels' time per call, without launch gaps
+};
+
+// Both per call: `calls` calls issued behind a sleep kernel long enough to cover their
+// launches, so the host's time is its own (the device is busy, nothing waits for it) and the
+// time between the two events is the kernels' own. (On a CPU, or a build without CUDA:
+// nothing to separate, the wall time for both.)
 template <typename Fn>
-double device_ms(const torch::Device& device, int calls, Fn&& fn) {
+CallMs call_ms(const torch::Device& device, int calls, Fn&& fn) {
 #ifdef DTRAIN_CUDA
   if (device.is_cuda()) {
     for (int i = 0; i < 3; ++i) fn();
     at::cuda::CUDAEvent start(cudaEventDefault);
     at::cuda::CUDAEvent end(cudaEventDefault);
     torch::cuda::synchronize();
-    at::cuda::sleep(int64_t{200} * 1000 * 1000);  // ~0.1 s at ~2 GHz
+    at::cuda::sleep(int64_t{1000} * 1000 * 1000);  // ~0.5 s at ~2 GHz
     start.record();
+    const auto issue_start = Clock::now();
     for (int i = 0; i < calls; ++i) fn();
+    const double host_ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - issue_start).count() / calls;
     end.record();
     end.synchronize();
-    return start.elapsed_time(end) / calls;
+    return {host_ms, start.elapsed_time(end) / calls};
   }
 #endif
-  return mean_ms(device, 3, calls, fn);
+  const double ms = mean_ms(device, 3, calls, fn);
+  return {ms, ms};
 }
 
 }  // namespace
@@ -71,7 +83,7 @@ double device_ms(const torch::Device& device, int calls, Fn&& fn) {
 int main(int argc, char** argv) {
   dtrain::keep_freed_host_memory();  // as the trainer does (common/host_memory.h)
   const std::string requested = argc > 1 ? argv[1] : (torch::cuda::is_available() ? "cuda" : "cpu");
-  const int steps = argc > 2 ? std::stoi(argv[2]) : 50;
+  const int steps = argc > 2 ? std::stoi(argv[2]) : 20;
   const torch::Device device = requested == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::kCPU;
   torch::NoGradGuard no_grad;
 
@@ -94,8 +106,8 @@ int main(int argc, char** argv) {
   }
   fmt::print("{}: copy bandwidth {:.0f} GB/s; ResNet-50, {} tensors, {:.1f} M parameters\n",
              device.str(), bandwidth / 1e9, params.size(), numel / 1e6);
-  // host: wall time per step with the GPU kept busy (launch-bound when kernels are short);
-  // GPU: the kernels' own time per step (device_ms).
+  // host: the host's own time to issue a step; GPU: the kernels' own time per step (call_ms).
+  // A step is launch-bound where host > GPU.
   fmt::print("{:>6} {:>10} {:>10} {:>10} {:>10}\n", "optim", "host ms", "GPU ms", "floor ms",
              "floor/GPU");
 
@@ -110,11 +122,10 @@ int main(int argc, char** argv) {
     options.decay_norm_and_bias = false;
     // Fresh weights per optimizer would not change the traffic; the step runs in place.
     auto optimizer = dtrain::optim::make_optimizer(options, params);
-    const double host_ms = mean_ms(device, 5, steps, [&] { optimizer->step(); });
-    const double gpu_ms = device_ms(device, 10, [&] { optimizer->step(); });
+    const CallMs ms = call_ms(device, steps, [&] { optimizer->step(); });
     const double floor_ms = c.bytes_per_param * numel / bandwidth * 1e3;
-    fmt::print("{:>6} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.2f}\n", c.name, host_ms, gpu_ms,
-               floor_ms, floor_ms / gpu_ms);
+    fmt::print("{:>6} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.2f}\n", c.name, ms.host, ms.gpu,
+               floor_ms, floor_ms / ms.gpu);
   }
 
   // The step LARS and LAMB share: each tensor scaled by its own factor, held on the device.
@@ -126,10 +137,11 @@ int main(int argc, char** argv) {
   for (const torch::Tensor& param : params) grads.push_back(param.grad());
   auto aten = [&] { at::_foreach_add_(params, at::_foreach_mul(grads, factors.unbind(0))); };
   auto fused = [&] { dtrain::optim::add_scaled_(params, grads, factors, 1.0); };
+  const CallMs aten_ms = call_ms(device, steps, aten);
+  const CallMs fused_ms = call_ms(device, steps, fused);
   fmt::print("w += f_i * g_i, host / GPU ms: ATen per-tensor {:.3f} / {:.3f}, add_scaled_ {:.3f} "
              "/ {:.3f} ({}); floor {:.3f} ms (12 B/param)\n",
-             mean_ms(device, 5, steps, aten), device_ms(device, 10, aten),
-             mean_ms(device, 5, steps, fused), device_ms(device, 10, fused),
+             aten_ms.host, aten_ms.gpu, fused_ms.host, fused_ms.gpu,
              dtrain::optim::has_multi_tensor_kernels(device) ? "multi-tensor kernels" : "ATen",
              12.0 * numel / bandwidth * 1e3);
   return 0;

@@ -17,4 +17,4 @@ echo "== optim tests on the GPU"
 tail -8 "$out/ctest.log"
 
 echo "== optimizer step time (ResNet-50, fp32)"
-build-gpu/bench_optim cuda 100 | tee "$out/bench_optim.txt"
+build-gpu/bench_optim cuda | tee "$out/bench_optim.txt"
