@@ -228,13 +228,16 @@ void lamb_apply_(const std::vector<torch::Tensor>& params,
                  const std::vector<torch::Tensor>& exp_avg_sqs, const std::vector<int64_t>& steps,
                  const torch::Tensor& factors, const LambDirectionArgs& args, double alpha) {
 #ifdef DTRAIN_CUDA_KERNELS
-  if (!params.empty() && kernels_take({&params, &exp_avgs, &exp_avg_sqs}, factors)) {
+  // The lists passed lamb_moments_'s check (a second pass over 161 tensors' layouts was a
+  // sixth of LAMB's host time): only the factors are new.
+  if (!params.empty() && factors.device() == params.front().device() && factors.dim() == 1 &&
+      factors.numel() == static_cast<int64_t>(params.size())) {
     cuda::lamb_apply_(params, exp_avgs, exp_avg_sqs, factors, lamb_scalars(args, steps.front()),
                       alpha);
     return;
   }
 #endif
-  throw std::logic_error("lamb_apply_ after a lamb_moments_ that returned undefined");
+  throw std::logic_error("lamb_apply_ without a defined lamb_moments_ on the same lists");
 }
 
 }  // namespace dtrain::optim

@@ -168,14 +168,14 @@ def ddp_scaling(part, title, config, ratio_bar, efficiency_bar, exposed_bar=None
 
 def allreduce():
     """bench_allreduce: a header "... N ranks; ..." then "  1 MiB  ours_us ours_host_us
-    ours_GB/s raw_us raw_GB/s ours/raw handshake_us legacy_us timing_us" per size; its
-    ours/raw is raw NCCL's time over ours."""
+    ours_GB/s raw_us raw_GB/s ours/raw handshake_us legacy_us timing_us ours_timed_us" per
+    size; its ours/raw is raw NCCL's time over ours (untimed, as most steps issue it)."""
     lines, ranks, rows = part_lines("allreduce") or [], None, []
     for line in lines:
         if header := re.search(r"(\d+) ranks", line):
             ranks = int(header.group(1))
         fields = line.split()
-        if ranks == GPUS and fields[:2] == ["1", "MiB"] and len(fields) == 11:
+        if ranks == GPUS and fields[:2] == ["1", "MiB"] and len(fields) == 12:
             rows.append([number(f) for f in fields[2:]])
     ratio = median([r[5] for r in rows])
     yield (f"all-reduce 1 MiB, {GPUS} GPUs: raw NCCL's time / ours",
