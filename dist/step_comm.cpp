@@ -63,7 +63,7 @@ Stats StepComm::stats() const {
   double bytes = 0.0, sent = 0.0, received = 0.0, ms = 0.0, bulk_ms = 0.0, bus_bytes = 0.0;
   double blocking_ms = 0.0, gradient_tail_ms = 0.0;
   for (const Op& op : ops_) {
-    const double op_ms = op.work->started()->ms_until(*op.work->finished());
+    const double op_ms = measured_ms(*op.work->started(), *op.work->finished());
     const double payload = static_cast<double>(op.bytes);
     const double n = op.ranks;
     ms += op_ms;
@@ -94,9 +94,10 @@ Stats StepComm::stats() const {
     } else if (op.traffic == Traffic::kPrefetched) {
       // The part of the gather's own time this rank waited for: a gather whose transfer began
       // only after the wait did (a busy progress thread) is exposed at most whole.
-      blocking_ms += std::clamp(op.wait_start->ms_until(*op.work->finished()), 0.0, op_ms);
+      blocking_ms += std::clamp(measured_ms(*op.wait_start, *op.work->finished()), 0.0, op_ms);
     } else if (backward_end_) {
-      gradient_tail_ms = std::max(gradient_tail_ms, backward_end_->ms_until(*op.work->finished()));
+      gradient_tail_ms =
+          std::max(gradient_tail_ms, measured_ms(*backward_end_, *op.work->finished()));
     }
   }
   return {{"comm/bytes", bytes},
@@ -115,8 +116,8 @@ std::vector<Span> StepComm::spans() const {
     spans.push_back({fmt::format("{} {:.1f} MiB ({})", collective_name(op.kind),
                                  static_cast<double>(op.bytes) / (1 << 20),
                                  traffic_name(op.traffic)),
-                     origin_->ms_until(*op.work->started()),
-                     op.work->started()->ms_until(*op.work->finished())});
+                     measured_ms(*origin_, *op.work->started()),
+                     measured_ms(*op.work->started(), *op.work->finished())});
   }
   return spans;
 }

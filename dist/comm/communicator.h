@@ -61,6 +61,10 @@ class TimePoint {
 // MPI's host clock costs nothing and is always read.
 void set_timing(bool on);
 bool timing();
+// from.ms_until(to), or 0 where either point was taken with timing off: an operation issued
+// between the timed steps (a checkpoint's, say) and recorded with a timed one counts no time
+// rather than making the step's figures NaN.
+double measured_ms(const TimePoint& from, const TimePoint& to);
 
 // A collective in flight.
 class Work {

@@ -487,7 +487,7 @@ void PsCollectiveStrategy::load(const std::string& dir) {
 
 Stats PsCollectiveStrategy::stats() const {
   double wait_ms = 0.0;
-  for (const auto& [start, end] : last_waits_) wait_ms += start->ms_until(*end);
+  for (const auto& [start, end] : last_waits_) wait_ms += measured_ms(*start, *end);
   Stats stats = {{"memory/optimizer_state_mb", shard_->optimizer_state_mb()},
                  {"ps/wait_ms", wait_ms},
                  {"ps/staleness", static_cast<double>(last_staleness_)},
