@@ -45,6 +45,20 @@ std::unique_ptr<torch::optim::Optimizer> make(const std::vector<torch::Tensor>& 
   return std::make_unique<Optimizer>(std::move(groups), options);
 }
 
+// Steps `first` .. `end - 1` of both optimizers, each on its own parameters, the same loss.
+void step_both(torch::optim::Optimizer& ours, const std::vector<torch::Tensor>& our_params,
+               torch::optim::Optimizer& reference,
+               const std::vector<torch::Tensor>& reference_params, int first, int end) {
+  for (int step = first; step < end; ++step) {
+    ours.zero_grad();
+    reference.zero_grad();
+    backward(our_params, step);
+    backward(reference_params, step);
+    ours.step();
+    reference.step();
+  }
+}
+
 void check_identical(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
   for (size_t i = 0; i < a.size(); ++i) CHECK(torch::equal(a[i], b[i]));
 }
@@ -60,14 +74,7 @@ TEST_CASE("ForeachSGD equals torch::optim::SGD bitwise", "[optim][sgd]") {
   auto reference = clone_params(ours);
   auto foreach_sgd = make<dtrain::optim::ForeachSGD>(ours, options);
   auto torch_sgd = make<torch::optim::SGD>(reference, options);
-  for (int step = 0; step < 5; ++step) {
-    foreach_sgd->zero_grad();
-    torch_sgd->zero_grad();
-    backward(ours, step);
-    backward(reference, step);
-    foreach_sgd->step();
-    torch_sgd->step();
-  }
+  step_both(*foreach_sgd, ours, *torch_sgd, reference, 0, 5);
   check_identical(ours, reference);
 }
 
@@ -94,14 +101,7 @@ TEST_CASE("ForeachSGD state loads into torch::optim::SGD and back", "[optim][sgd
   torch::serialize::InputArchive loaded;
   loaded.load_from(bytes);
   torch_sgd->load(loaded);
-  for (int step = 3; step < 6; ++step) {
-    foreach_sgd->zero_grad();
-    torch_sgd->zero_grad();
-    backward(ours, step);
-    backward(reference, step);
-    foreach_sgd->step();
-    torch_sgd->step();
-  }
+  step_both(*foreach_sgd, ours, *torch_sgd, reference, 3, 6);
   check_identical(ours, reference);
 }
 
@@ -117,14 +117,8 @@ TEST_CASE("ForeachSGD on the test device stays within rounding of torch::optim::
   auto reference = clone_params(ours);
   auto foreach_sgd = make<dtrain::optim::ForeachSGD>(ours, options);
   auto torch_sgd = make<torch::optim::SGD>(reference, options);
-  for (int step = 0; step < 5; ++step) {  // step 0 makes the buffers; the fused pass follows
-    foreach_sgd->zero_grad();
-    torch_sgd->zero_grad();
-    backward(ours, step);
-    backward(reference, step);
-    foreach_sgd->step();
-    torch_sgd->step();
-  }
+  // Step 0 makes the buffers; the fused pass follows.
+  step_both(*foreach_sgd, ours, *torch_sgd, reference, 0, 5);
   for (size_t i = 0; i < ours.size(); ++i) {
     CHECK(torch::allclose(ours[i], reference[i], 1e-6, 1e-6));
   }
