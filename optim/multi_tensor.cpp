@@ -30,8 +30,7 @@ bool kernels_take(std::initializer_list<const std::vector<torch::Tensor>*> lists
     for (const auto* list : lists) {
       const torch::Tensor& t = (*list)[i];
       if (t.device() != device || t.scalar_type() != first->front().scalar_type() ||
-          t.strides() != lead.strides() || t.sizes() != lead.sizes() ||
-          !t.is_non_overlapping_and_dense()) {
+          !same_dense_layout(t, lead)) {
         return false;
       }
     }
@@ -85,6 +84,17 @@ cuda::LambScalars lamb_scalars(const LambDirectionArgs& args, int64_t step) {
 
 }  // namespace
 #endif
+
+bool same_dense_layout(const torch::Tensor& a, const torch::Tensor& b) {
+  if (a.sizes() != b.sizes() || !a.is_non_overlapping_and_dense() ||
+      !b.is_non_overlapping_and_dense()) {
+    return false;
+  }
+  for (int64_t d = 0; d < a.dim(); ++d) {
+    if (a.size(d) > 1 && a.stride(d) != b.stride(d)) return false;
+  }
+  return true;
+}
 
 bool has_multi_tensor_kernels(const torch::Device& device) {
 #ifdef DTRAIN_CUDA_KERNELS

@@ -19,6 +19,14 @@
 
 namespace dtrain::optim {
 
+// Whether `a` and `b` hold their elements densely and in the same order in memory: the same
+// sizes, no overlap or gaps, and the same strides on every dimension longer than one. A
+// dimension of size 1 may carry any stride: autograd gives a 1x1 convolution's gradient
+// [out, in, 1, 1] other strides there than its channels_last weight's, and the kernels, which
+// walk the tensors as flat arrays, take such a pair (taking only identical strides sent every
+// ResNet's SGD step, whose buffers follow the gradients, down the per-tensor path).
+bool same_dense_layout(const torch::Tensor& a, const torch::Tensor& b);
+
 // targets[i] += alpha * factors[i] * sources[i]
 void add_scaled_(const std::vector<torch::Tensor>& targets,
                  const std::vector<torch::Tensor>& sources, const torch::Tensor& factors,

@@ -1,7 +1,8 @@
 // add_scaled_, lars_update_, lamb_directions and squared_norms against per-tensor float64
 // arithmetic, over tensor lists that cross every boundary of the CUDA kernels' launches: more
 // tensors than one launch takes, a tensor of more chunks than one launch covers, empty tensors,
-// channels-last tensors, and a tuple whose layouts differ (which must fall back to ATen). Under
+// channels-last tensors (a 1x1 one whose strides differ on its size-1 dimensions, which the
+// kernels take), and a tuple whose layouts differ (which must fall back to ATen). Under
 // DTRAIN_TEST_DEVICE=cuda the kernels run; on the CPU the ATen path does.
 #include "golden.h"
 #include "optim/multi_tensor.h"
@@ -14,6 +15,12 @@ struct Lists {
   std::vector<torch::Tensor> a, b, c, d;
   torch::Tensor factors;
 };
+
+// `t` [n, c, 1, 1] with the strides a channels_last kernel gives it: (c, 1, c, c).
+torch::Tensor channels_last_strided(const torch::Tensor& t) {
+  const int64_t c = t.size(1);
+  return torch::empty_strided(t.sizes(), {c, 1, c, c}, t.options()).copy_(t);
+}
 
 // 140 small tensors (more than a launch takes: 128), a large one, an empty one, a channels-last
 // one. Where the kernels run, the large float32 one spans more chunks (65536 elements) than a
@@ -30,11 +37,15 @@ Lists make_lists(torch::ScalarType dtype) {
   shapes.push_back({chunks * 65536 + 777});
   shapes.push_back({0, 4});
   shapes.push_back({8, 3, 5, 5});
+  shapes.push_back({8, 3, 1, 1});  // a 1x1 convolution's weight
   Lists lists;
   for (const auto& shape : shapes) {
     for (auto* list : {&lists.a, &lists.b, &lists.c, &lists.d}) {
       torch::Tensor t = torch::randn(shape, options);
       if (shape.size() == 4) t = t.contiguous(torch::MemoryFormat::ChannelsLast);
+      // The 1x1 weight is contiguous as it is, so channels_last leaves it be; its second list
+      // holds it as cuDNN's channels_last gradient: strides (3, 1, 3, 3) for (3, 1, 1, 1).
+      if (list == &lists.b && shape.size() == 4 && shape.back() == 1) t = channels_last_strided(t);
       list->push_back(t);
     }
   }
@@ -72,7 +83,8 @@ TEST_CASE("add_scaled_ adds alpha * factor_i * source_i to each target",
   const auto dtype = GENERATE(torch::kFloat64, torch::kFloat32, torch::kBFloat16);
   Lists lists = make_lists(dtype);
   const bool mixed_layouts = GENERATE(false, true);
-  if (mixed_layouts) lists.b.back() = lists.b.back().contiguous();  // kernels must decline
+  // The 5x5 channels-last tensor made contiguous in one list: the kernels must decline.
+  if (mixed_layouts) lists.b.end()[-2] = lists.b.end()[-2].contiguous();
   const auto targets = to_double(lists.a);
   const auto sources = to_double(lists.b);
   const auto factors = lists.factors.to(torch::kCPU, torch::kFloat64);
@@ -141,7 +153,7 @@ TEST_CASE("lamb_directions updates the moments and returns the Adam direction pl
   check_close(lists.c, expected_m, tolerance_of(dtype));
   check_close(lists.d, expected_v, tolerance_of(dtype));
   check_close(updates, expected_u, tolerance_of(dtype));
-  CHECK(updates.back().is_contiguous(torch::MemoryFormat::ChannelsLast));
+  CHECK(updates.end()[-2].is_contiguous(torch::MemoryFormat::ChannelsLast));  // the 5x5
 }
 
 TEST_CASE("squared_norms sums each tensor's squares, of one list or of two, the same each run",
@@ -178,6 +190,21 @@ TEST_CASE("squared_norms sums each tensor's squares, of one list or of two, the 
   }
 }
 
+TEST_CASE("same_dense_layout compares strides on the dimensions longer than one only",
+          "[optim][multi_tensor]") {
+  using dtrain::optim::same_dense_layout;
+  const torch::Tensor plain_1x1 = torch::randn({8, 3, 1, 1});
+  const torch::Tensor channels_last_1x1 = channels_last_strided(plain_1x1);
+  REQUIRE(plain_1x1.strides() != channels_last_1x1.strides());  // (3, 1, 1, 1), (3, 1, 3, 3)
+  CHECK(same_dense_layout(plain_1x1, channels_last_1x1));
+  CHECK(torch::equal(plain_1x1, channels_last_1x1));
+  const torch::Tensor conv = torch::randn({8, 3, 3, 3});
+  CHECK(same_dense_layout(conv, conv.clone()));
+  CHECK_FALSE(same_dense_layout(conv, conv.contiguous(torch::MemoryFormat::ChannelsLast)));
+  CHECK_FALSE(same_dense_layout(conv, conv.reshape({8, 27})));
+  CHECK_FALSE(same_dense_layout(conv, torch::randn({8, 3, 3, 6}).narrow(3, 0, 3)));  // gaps
+}
+
 TEST_CASE("sgd_update_ is torch::optim::SGD's step with momentum buffers",
           "[optim][multi_tensor]") {
   const auto dtype = GENERATE(torch::kFloat64, torch::kFloat32, torch::kBFloat16);
@@ -185,7 +212,8 @@ TEST_CASE("sgd_update_ is torch::optim::SGD's step with momentum buffers",
   const double dampening = nesterov ? 0.0 : 0.25;  // PyTorch's nesterov needs dampening 0
   Lists lists = make_lists(dtype);
   const bool mixed_layouts = GENERATE(false, true);
-  if (mixed_layouts) lists.b.back() = lists.b.back().contiguous();  // kernels must decline
+  // The 5x5 channels-last tensor made contiguous in one list: the kernels must decline.
+  if (mixed_layouts) lists.b.end()[-2] = lists.b.end()[-2].contiguous();
   const dtrain::optim::SgdArgs args{0.05, 1e-2, 0.9, dampening, nesterov};
 
   const auto w = to_double(lists.a);
