@@ -256,15 +256,10 @@ void GradientReducer::after_backward(bool last_micro_step, StepComm& record) {
   reducing_ = false;
 }
 
-void GradientReducer::reduce_present_gradients(StepComm& record) {
-  before_backward(/*last_micro_step=*/true);
-  backward_end_ = comm_->now();  // the replayed backward has been issued whole
+void GradientReducer::record_replayed(StepComm& record) {
   for (const Bucket& bucket : buckets_) {
-    for (const int64_t index : bucket.layout.params) {
-      if (params_[index].grad().defined()) on_gradient_ready(index);
-    }
+    record.add_unmeasured(hook_.collective(), Traffic::kGradients, hook_.payload_bytes(bucket));
   }
-  after_backward(/*last_micro_step=*/true, record);
 }
 
 void GradientReducer::complete(size_t b) {

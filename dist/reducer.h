@@ -113,12 +113,11 @@ class GradientReducer {
   // finish them, and records the operations in `record`. Blocking on MPI; on NCCL the
   // compute stream waits, not the host.
   void after_backward(bool last_micro_step, StepComm& record);
-  // In place of before_backward(true), the hooks and after_backward(true), after a backward
-  // in which no hook ran (a replayed CUDA graph): takes the gradients the parameters' .grad()
-  // hold, bucket by bucket in launch order, as if each hook fired then, and completes the
-  // step. Every bucket is launched after backward, whatever `overlap` says; a parameter
-  // without a gradient is unused, as in after_backward().
-  void reduce_present_gradients(StepComm& record);
+  // After a replayed CUDA graph that captured this reducer's whole step (before_backward,
+  // the hooks and after_backward): records each bucket's operation, as the hook describes
+  // it, unmeasured (StepComm::add_unmeasured). A hook whose work is several operations is
+  // not captured.
+  void record_replayed(StepComm& record);
   // After the optimizer step: releases the gradients; the first time, re-plans.
   void after_step();
 

@@ -79,8 +79,16 @@ void ReplicatedStrategy::after_backward(bool last_micro_step) {
   if (reducer_) reducer_->after_backward(last_micro_step, current_);
 }
 
+void ReplicatedStrategy::after_graph_pass() {
+  if (reducer_) reducer_->after_step();
+  // A re-plan makes the new buckets' views the gradients, for the next backward to add into:
+  // a captured backward would then add each replay's gradients to the last step's.
+  for (torch::Tensor& param : params_) param.mutable_grad().reset();
+  current_ = StepComm(comm_->rank(), comm_->size(), comm_->now());
+}
+
 void ReplicatedStrategy::after_replayed_backward() {
-  if (reducer_) reducer_->reduce_present_gradients(current_);
+  if (reducer_) reducer_->record_replayed(current_);
 }
 
 void ReplicatedStrategy::optimizer_step(double lr) {

@@ -29,6 +29,7 @@ class ReplicatedStrategy : public Strategy {
   void before_forward(int64_t step) override;
   void before_backward(bool last_micro_step) override;
   void after_backward(bool last_micro_step) override;
+  void after_graph_pass() override;
   void after_replayed_backward() override;
   void before_eval() override;
   Stats stats() const override;

@@ -48,6 +48,10 @@ void StepComm::add(Collective kind, Traffic traffic, int64_t bytes, std::unique_
   ops_.push_back({kind, traffic, bytes, root, std::move(work), rank_, ranks_});
 }
 
+void StepComm::add_unmeasured(Collective kind, Traffic traffic, int64_t bytes) {
+  ops_.push_back({kind, traffic, bytes, 0, nullptr, rank_, ranks_});
+}
+
 void StepComm::add_prefetched(Collective kind, int64_t bytes, std::unique_ptr<Work> work,
                               std::shared_ptr<const TimePoint> wait_start) {
   ops_.push_back({kind, Traffic::kPrefetched, bytes, 0, std::move(work), rank_, ranks_,
@@ -62,8 +66,10 @@ void StepComm::add_in_group(int rank, int ranks, Collective kind, Traffic traffi
 Stats StepComm::stats() const {
   double bytes = 0.0, sent = 0.0, received = 0.0, ms = 0.0, bulk_ms = 0.0, bus_bytes = 0.0;
   double blocking_ms = 0.0, gradient_tail_ms = 0.0;
+  bool measured = true;
   for (const Op& op : ops_) {
-    const double op_ms = measured_ms(*op.work->started(), *op.work->finished());
+    measured = measured && op.work;
+    const double op_ms = op.work ? measured_ms(*op.work->started(), *op.work->finished()) : 0.0;
     const double payload = static_cast<double>(op.bytes);
     const double n = op.ranks;
     ms += op_ms;
@@ -95,24 +101,28 @@ Stats StepComm::stats() const {
       // The part of the gather's own time this rank waited for: a gather whose transfer began
       // only after the wait did (a busy progress thread) is exposed at most whole.
       blocking_ms += std::clamp(measured_ms(*op.wait_start, *op.work->finished()), 0.0, op_ms);
-    } else if (backward_end_) {
+    } else if (backward_end_ && op.work) {
       gradient_tail_ms =
           std::max(gradient_tail_ms, measured_ms(*backward_end_, *op.work->finished()));
     }
   }
-  return {{"comm/bytes", bytes},
-          {"comm/sent_bytes", sent},
-          {"comm/recv_bytes", received},
-          {"comm/collectives", static_cast<double>(ops_.size())},
-          {"comm/ms", ms},
-          {"comm/exposed_ms", gradient_tail_ms + blocking_ms},
-          {"comm/busbw_gbps", bulk_ms > 0.0 ? bus_bytes / (bulk_ms * 1e-3) / 1e9 : 0.0}};
+  Stats stats = {{"comm/bytes", bytes},
+                 {"comm/sent_bytes", sent},
+                 {"comm/recv_bytes", received},
+                 {"comm/collectives", static_cast<double>(ops_.size())}};
+  if (!measured) return stats;
+  stats.push_back({"comm/ms", ms});
+  stats.push_back({"comm/exposed_ms", gradient_tail_ms + blocking_ms});
+  stats.push_back(
+      {"comm/busbw_gbps", bulk_ms > 0.0 ? bus_bytes / (bulk_ms * 1e-3) / 1e9 : 0.0});
+  return stats;
 }
 
 std::vector<Span> StepComm::spans() const {
   std::vector<Span> spans;
   if (!origin_) return spans;
   for (const Op& op : ops_) {
+    if (!op.work) continue;
     spans.push_back({fmt::format("{} {:.1f} MiB ({})", collective_name(op.kind),
                                  static_cast<double>(op.bytes) / (1 << 20),
                                  traffic_name(op.traffic)),

@@ -55,6 +55,10 @@ class StepComm {
   // `rank` of `ranks`: the wire formulas take the subgroup's size.
   void add_in_group(int rank, int ranks, Collective kind, Traffic traffic, int64_t bytes,
                     std::unique_ptr<Work> work, int root = 0);
+  // An operation whose time is not known (a collective replayed inside a CUDA graph). While
+  // the step holds one, its stats leave out the time figures (comm/ms, comm/exposed_ms,
+  // comm/busbw_gbps) rather than report part of the step's time, and spans() leaves it out.
+  void add_unmeasured(Collective kind, Traffic traffic, int64_t bytes);
   // The end of the step's (last micro-step's) backward on the communicator's clock.
   void set_backward_end(std::shared_ptr<const TimePoint> when) { backward_end_ = std::move(when); }
   bool empty() const { return ops_.empty(); }
@@ -70,7 +74,7 @@ class StepComm {
     Traffic traffic;
     int64_t bytes;
     int root;
-    std::unique_ptr<Work> work;
+    std::unique_ptr<Work> work;  // none: unmeasured
     int rank, ranks;  // in the communicator the operation ran on
     std::shared_ptr<const TimePoint> wait_start = nullptr;  // kPrefetched
   };

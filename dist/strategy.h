@@ -78,11 +78,19 @@ class Strategy {
   // communicates only then); hooks launched during backward need to know it before it starts.
   virtual void before_backward(bool last_micro_step) { (void)last_micro_step; }
   virtual void after_backward(bool last_micro_step) { (void)last_micro_step; }
-  // In place of before_backward(true), the backward's hooks and after_backward(true), where
-  // the step's forward and backward ran as a replayed CUDA graph (train.cuda_graph), in which
-  // no hook runs: the parameters' .grad() hold the step's gradients, and the strategy does
-  // with them what those three would have. Only strategies the config lets capture
-  // (trainer/config.h: cuda_graph_blockers) are asked.
+  // The step's forward and backward as a CUDA graph (train.cuda_graph), for the strategies
+  // the config lets capture (trainer/config.h: cuda_graph_blockers): before_backward(true),
+  // the backward's hooks and after_backward(true) run while the step is captured, so the
+  // graph holds the gradients' communication (DDP's all-reduces, overlapping backward as
+  // they do eagerly) and each replay repeats it. Eager warm-up passes before the capture run
+  // them too; after each, and after the capture, after_graph_pass() comes in place of
+  // step(). Replayed communication is not timed: comm/ms and comm/exposed_ms are left out of
+  // such steps' stats.
+  // After a pass: releases its gradients and settles what the graph will hold (the gradient
+  // buckets, re-planned after the first pass), without an update; the pass's communication
+  // is not counted as the step's.
+  virtual void after_graph_pass() {}
+  // After each replay: records the replayed communication in the step's stats.
   virtual void after_replayed_backward();
   // Tensors whose .grad() holds the step's final gradients once after_backward(true)
   // returned (what fp16 loss scaling unscales and checks).

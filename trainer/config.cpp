@@ -248,8 +248,9 @@ void validate_sections(const Config& config, const toml::table& root,
 
 std::vector<std::string> cuda_graph_blockers(const Config& config) {
   std::vector<std::string> blockers;
-  // DDP reduces the replayed backward's gradients after it, eagerly; the other strategies
-  // act inside forward or backward (ZeRO's gathers and shards, the parameter server's pulls).
+  // DDP's all-reduces are captured with backward (dist::Strategy::after_graph_pass); the other
+  // strategies act inside forward or backward in ways a graph cannot repeat (ZeRO's gathers
+  // into memory it frees, the parameter server's host-side protocol).
   const dist::StrategyKind strategy = config.dist.strategy;
   if (strategy != dist::StrategyKind::kSingle && strategy != dist::StrategyKind::kDdp) {
     blockers.push_back(fmt::format("captures dist.strategy = \"single\" or \"ddp\", not \"{}\"",

@@ -45,18 +45,18 @@ struct GraphedStep::Graph {};  // never made: capture() refuses without CUDA
 #endif
 
 GraphedStep::GraphedStep(std::vector<torch::Tensor> params, std::vector<torch::Tensor> buffers,
-                         ForwardBackward forward_backward)
+                         ForwardBackward forward_backward, AfterPass after_pass)
     : params_(std::move(params)),
       buffers_(std::move(buffers)),
-      forward_backward_(std::move(forward_backward)) {}
+      forward_backward_(std::move(forward_backward)),
+      after_pass_(std::move(after_pass)) {}
 
 GraphedStep::~GraphedStep() = default;
 
 torch::Tensor GraphedStep::run(const data::Batch& batch) {
   if (!graph_) capture(batch);
-  if (!same_shape(batch.images, images_) || !same_shape(batch.labels, labels_)) {
-    return run_eagerly(batch);
-  }
+  replayed_ = same_shape(batch.images, images_) && same_shape(batch.labels, labels_);
+  if (!replayed_) return run_eagerly(batch);
 #ifdef DTRAIN_CUDA
   images_.copy_(batch.images);
   labels_.copy_(batch.labels);
@@ -85,6 +85,7 @@ void GraphedStep::capture(const data::Batch& batch) {
     const c10::cuda::CUDAStreamGuard on_side(side);
     for (int pass = 0; pass < kWarmupPasses; ++pass) {
       forward_backward_(images_, labels_);
+      if (after_pass_) after_pass_();
       for (torch::Tensor& param : params_) param.mutable_grad().reset();
     }
     {
@@ -104,10 +105,14 @@ void GraphedStep::capture(const data::Batch& batch) {
     }
     graph_->cuda.capture_end();
   }
+  for (const torch::Tensor& param : params_) gradients_.push_back(param.grad());
+  if (after_pass_) {
+    const c10::cuda::CUDAStreamGuard on_side(side);
+    after_pass_();
+  }
   at::cuda::CUDAEvent captured;
   captured.record(side);
   captured.block(caller);
-  for (const torch::Tensor& param : params_) gradients_.push_back(param.grad());
 #else
   (void)batch;
   throw UserError("train.cuda_graph needs a LibTorch with CUDA");

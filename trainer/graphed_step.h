@@ -8,8 +8,11 @@
 // learning rate changes from step to step.
 //
 // The capture needs a step with no host synchronisation and one shape: it is built for the
-// `single` strategy with one micro-step, bf16 or fp32 (the config refuses the rest). A batch
-// of another shape (an epoch's short last batch) runs eagerly into the same gradient tensors.
+// `single` and `ddp` strategies with one micro-step, bf16 or fp32 (the config refuses the
+// rest). DDP's hooks run inside the capture (dist::Strategy::after_graph_pass): the graph
+// holds the all-reduces too, overlapping backward, and the gradients it leaves are the
+// averaged ones in the reducer's buckets. A batch of another shape (an epoch's short last
+// batch) runs eagerly into the same gradient tensors.
 #pragma once
 
 #include "data/loader.h"
@@ -29,11 +32,15 @@ class GraphedStep {
   using ForwardBackward =
       std::function<torch::Tensor(const torch::Tensor& images, const torch::Tensor& labels)>;
 
+  // Called after each eager warm-up pass and after the capture, before the gradients are
+  // released (the strategy settles its buckets there: the graph holds them).
+  using AfterPass = std::function<void()>;
+
   // `params`: whose gradients the step produces; `buffers`: state the forward updates in place
   // (BatchNorm's statistics), restored after the warm-up passes so that capturing does not
   // change the run.
   GraphedStep(std::vector<torch::Tensor> params, std::vector<torch::Tensor> buffers,
-              ForwardBackward forward_backward);
+              ForwardBackward forward_backward, AfterPass after_pass = nullptr);
   ~GraphedStep();
   GraphedStep(const GraphedStep&) = delete;
   GraphedStep& operator=(const GraphedStep&) = delete;
@@ -42,6 +49,8 @@ class GraphedStep {
   // gradients hold the batch's. The loss returned is overwritten by the next call.
   torch::Tensor run(const data::Batch& batch);
 
+  // Whether the last run() replayed the graph (rather than ran eagerly).
+  bool replayed() const { return replayed_; }
   // Replays so far, and batches run eagerly because of their shape.
   int64_t replays() const { return replays_; }
   int64_t eager_runs() const { return eager_runs_; }
@@ -56,9 +65,11 @@ class GraphedStep {
   std::vector<torch::Tensor> params_;
   std::vector<torch::Tensor> buffers_;
   ForwardBackward forward_backward_;
+  AfterPass after_pass_;
   std::unique_ptr<Graph> graph_;
   torch::Tensor images_, labels_, loss_;  // the graph's input and output
   std::vector<torch::Tensor> gradients_;  // by parameter; undefined where it has none
+  bool replayed_ = false;
   int64_t replays_ = 0;
   int64_t eager_runs_ = 0;
 };

@@ -72,14 +72,13 @@ class Trainer {
     if (config.train.precision == "fp16") scaler_.emplace(s_.device);
     if (s_.device.is_cuda() && config.train.cuda_graph != "off" &&
         cuda_graph_blockers(config).empty()) {
+      // The strategy's hooks run inside the capture: DDP's all-reduces replay with backward.
       graphed_ = std::make_unique<GraphedStep>(
           s_.model->parameters(), s_.model->buffers(),
-          // The strategy's hooks stay out of the capture: after each replay it takes the
-          // gradients at once (after_replayed_backward).
           [this](const torch::Tensor& images, const torch::Tensor& labels) {
-            return forward_backward(images, labels, /*last_micro_step=*/true,
-                                    /*strategy_hooks=*/false);
-          });
+            return forward_backward(images, labels, /*last_micro_step=*/true);
+          },
+          [this] { s_.strategy->after_graph_pass(); });
     }
   }
 
@@ -164,7 +163,8 @@ class Trainer {
       if (graphed_) {
         Timeline::Phase phase(timeline_, "forward and backward (CUDA graph)");
         step_loss_ += graphed_->run(batch);
-        s_.strategy->after_replayed_backward();
+        // A batch of another shape ran eagerly, through the strategy's hooks.
+        if (graphed_->replayed()) s_.strategy->after_replayed_backward();
       } else {
         step_loss_ += forward_backward(batch.images, batch.labels, micro + 1 == accum);
       }
@@ -191,10 +191,10 @@ class Trainer {
     return step % config_.run.log_every == 0 || step == epoch_end;
   }
 
-  // One micro-step's forward and backward; returns its loss, divided by the micro-steps.
-  // `strategy_hooks`: the strategy's before_backward and after_backward around backward.
+  // One micro-step's forward and backward, between the strategy's before_backward and
+  // after_backward; returns its loss, divided by the micro-steps.
   torch::Tensor forward_backward(const torch::Tensor& images, const torch::Tensor& labels,
-                                 bool last_micro_step, bool strategy_hooks = true) {
+                                 bool last_micro_step) {
     torch::Tensor loss;
     {
       Timeline::Phase phase(timeline_, "forward");
@@ -208,9 +208,9 @@ class Trainer {
     if (inject_nan_loss()) loss = loss * std::numeric_limits<double>::quiet_NaN();
     {
       Timeline::Phase phase(timeline_, "backward");
-      if (strategy_hooks) s_.strategy->before_backward(last_micro_step);
+      s_.strategy->before_backward(last_micro_step);
       (scaler_ ? scaler_->scale(loss) : loss).backward();
-      if (strategy_hooks) s_.strategy->after_backward(last_micro_step);
+      s_.strategy->after_backward(last_micro_step);
     }
     return loss.detach();
   }

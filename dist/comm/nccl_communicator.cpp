@@ -91,7 +91,7 @@ class NcclCommunicator : public Communicator {
 
   std::shared_ptr<const TimePoint> now() override {
     c10::cuda::CUDAGuard guard(device_);  // the null (default) stream is the current device's
-    auto event = event_pool().acquire();
+    auto event = event_pool(capturing()).acquire();
     event->record(c10::cuda::getCurrentCUDAStream(device_).stream());
     return std::make_shared<CudaTimePoint>(std::move(event));
   }
@@ -281,8 +281,13 @@ class NcclCommunicator : public Communicator {
                                    const std::vector<torch::Tensor>& used,
                                    const std::function<void(cudaStream_t)>& call) {
     auto events = std::make_shared<LaunchEvents>();
-    // Watched before the launch: a blocking NCCL call that never returns is bounded too.
     const int64_t sequence = progress_->next();
+    const bool captured = capturing();
+    if (captured) {
+      launch(used, call, {events}, /*captured=*/true);
+      return std::make_unique<NcclWork>(events, device_, nullptr, std::nullopt);
+    }
+    // Watched before the launch: a blocking NCCL call that never returns is bounded too.
     std::function<std::string()> name;
     if (described.defined()) {
       name = [op, sequence, numel = described.numel(), dtype = described.scalar_type()] {
@@ -292,7 +297,7 @@ class NcclCommunicator : public Communicator {
       name = [op, sequence] { return fmt::format("{} #{}", op, sequence); };
     }
     watchdog_.watch(std::move(name), sequence, [events] { return events->done(); });
-    launch(used, call, {events});
+    launch(used, call, {events}, /*captured=*/false);
     return std::make_unique<NcclWork>(events, device_, nullptr, std::nullopt);
   }
 
@@ -332,18 +337,18 @@ class NcclCommunicator : public Communicator {
         }
       }
       DTRAIN_NCCL_CHECK(ncclGroupEnd());
-    }, group_events);
+    }, group_events, /*captured=*/false);
   }
 
   // Steps 1-3 of the header's protocol around `call`, which issues NCCL work on `stream`.
   void launch(const std::vector<torch::Tensor>& used, const std::function<void(cudaStream_t)>& call,
-              const std::vector<std::shared_ptr<LaunchEvents>>& events) {
+              const std::vector<std::shared_ptr<LaunchEvents>>& events, bool captured) {
     c10::cuda::CUDAGuard guard(device_);
     const cudaStream_t stream = stream_.stream();
     ready_.record(c10::cuda::getCurrentCUDAStream(device_).stream());
     DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream, ready_.get(), 0));
-    auto started = event_pool().acquire();
-    auto finished = event_pool().acquire();
+    auto started = event_pool(captured).acquire();
+    auto finished = event_pool(captured).acquire();
     started->record(stream);
     call(stream);
     finished->record(stream);
@@ -353,7 +358,22 @@ class NcclCommunicator : public Communicator {
     for (const auto& launched : events) launched->set(started, finished);
   }
 
-  CudaEventPool& event_pool() const { return timing() ? *timing_events_ : *untimed_events_; }
+  CudaEventPool& event_pool(bool captured) const {
+    return timing() && !captured ? *timing_events_ : *untimed_events_;
+  }
+
+  // Whether work issued now on the current stream is captured into a CUDA graph (DDP's
+  // hooks inside train.cuda_graph's capture) rather than run. A captured operation's events
+  // are only the graph's dependencies: never recorded on their own, they would read as
+  // complete to the watchdog and time nothing, so it is neither watched nor timed. Each
+  // replay is bounded instead by the next watched operation, which waits for it on the
+  // compute stream (the buffers' broadcast before the next forward, the metrics' reduction).
+  bool capturing() const {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    DTRAIN_CUDA_CHECK(
+        cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(device_).stream(), &status));
+    return status != cudaStreamCaptureStatusNone;
+  }
 
   // On the watchdog's thread, after it logged the timeout.
   void abort_job() {

@@ -13,6 +13,9 @@
 //   4. the watchdog polls `finished`: past `timeout_s` it logs the operation and its sequence
 //      number, aborts the NCCL communicator and calls MPI_Abort.
 // Work::wait() makes the current stream wait for `finished` (step 2), and returns at once.
+// An operation issued while the current stream is being captured into a CUDA graph (the
+// trainer's step with DDP's hooks inside) takes part in the capture through the same events,
+// untimed and unwatched: its graph's next watched operation bounds each replay.
 //
 // Point to point: NCCL ignores tags; sends and receives between two ranks match in the order
 // they were posted. Posted sends and receives are held back on the host and launched together,

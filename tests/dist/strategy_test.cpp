@@ -10,6 +10,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 using namespace equivalence;
 using dtrain::dist::Bucket;
 using dtrain::dist::Collective;
@@ -89,6 +91,34 @@ TEST_CASE("The reducer hands complete buckets to its hook, gaps zero, in plan or
   CHECK(record.stats().size() == 7);
   reducer.after_step();
   for (const torch::Tensor& param : params) CHECK_FALSE(param.grad().defined());
+}
+
+// A collective replayed inside a CUDA graph has no time of its own to report: the step's
+// figures then leave time out rather than report a part of it as the whole.
+TEST_CASE("A step with an unmeasured collective reports its bytes and no time figures",
+          "[dist][strategy]") {
+  auto comm = world();
+  const double n = comm->size();
+  dtrain::dist::StepComm record(comm->rank(), comm->size(), comm->now());
+  torch::Tensor buffers = torch::ones({4}, torch::dtype(torch::kFloat64).device(device()));
+  auto work = comm->all_reduce(buffers, ReduceOp::kSum);
+  work->wait();
+  record.add(Collective::kAllReduce, dtrain::dist::Traffic::kSmall, 32, std::move(work));
+  const auto has = [](const dtrain::dist::Stats& stats, const std::string& name) {
+    return std::any_of(stats.begin(), stats.end(),
+                       [&](const dtrain::dist::Stat& s) { return s.name == name; });
+  };
+  CHECK(has(record.stats(), "comm/ms"));
+  record.add_unmeasured(Collective::kAllReduce, dtrain::dist::Traffic::kGradients, 1024);
+  const dtrain::dist::Stats stats = record.stats();
+  CHECK(stat(stats, "comm/collectives") == 2);
+  CHECK(stat(stats, "comm/bytes") == 1024);  // buffers' traffic is not counted as payload
+  CHECK(stat(stats, "comm/sent_bytes") == (32 + 1024) * 2 * (n - 1) / n);
+  for (const char* name : {"comm/ms", "comm/exposed_ms", "comm/busbw_gbps"}) {
+    INFO(name);
+    CHECK_FALSE(has(stats, name));
+  }
+  CHECK(record.spans().size() == 1);  // the measured one
 }
 
 TEST_CASE("Every strategy owns its data group, metric reduction and model state",
