@@ -128,32 +128,35 @@ def config_batch(config):
 
 def ddp_scaling(part, title, config, ratio_bar, efficiency_bar, exposed_bar=None):
     """bench_ddp_scaling.sh's table, one per round: | GPUs | default img/s | eff | exposed ms
-    | eager overlap on img/s | eager overlap off img/s | torch img/s | eff |."""
+    | graph overlap off img/s | eager overlap on img/s | eager overlap off img/s | torch img/s
+    | eff |."""
     lines = part_lines(part)
-    rows = table_rows(lines, 8) if lines else {}
+    rows = table_rows(lines, 9) if lines else {}
 
     def column(n, i):
         return [number(r[i]) for r in rows.get(n, [])]
 
-    ours1, torch1 = median(column(1, 1)), median(column(1, 6))
+    ours1, torch1 = median(column(1, 1)), median(column(1, 7))
     ratio = ours1 / torch1 if ours1 and torch1 else None
     yield (f"{title}, 1 GPU: img/s over PyTorch's",
            f"{ratio:.3f}x ({spread(column(1, 1))} img/s)" if ratio else "-",
-           f"{spread(column(1, 6))} img/s" if torch1 else "-",
+           f"{spread(column(1, 7))} img/s" if torch1 else "-",
            f">= {ratio_bar:.2f}x", met(ratio, ratio_bar))
 
     def efficiency(i, base):  # the median img/s at GPUS over GPUS x the side's own at 1
         rate = median(column(GPUS, i))
         return rate / (GPUS * base) if rate and base else None
 
-    ours, torch = efficiency(1, ours1), efficiency(6, torch1)
-    eager = [e for e in (efficiency(4, ours1), efficiency(5, ours1)) if e]
+    ours, torch = efficiency(1, ours1), efficiency(7, torch1)
+    others = [(name, efficiency(i, ours1)) for name, i in
+              (("graph, overlap off", 4), ("eager", 5), ("eager", 6))]
+    others = [(name, e) for name, e in others if e]
     measured = "-"
     if ours:
         measured = f"{ours:.3f} ({spread(column(GPUS, 1))} img/s"
-        measured += f"; eager at best {max(eager):.3f})" if eager else ")"
+        measured += "".join(f"; {name} {e:.3f}" for name, e in others) + ")"
     yield (f"{title}, {GPUS} GPUs: scaling efficiency, default settings", measured,
-           f"{torch:.3f} ({spread(column(GPUS, 6))} img/s)" if torch else "-",
+           f"{torch:.3f} ({spread(column(GPUS, 7))} img/s)" if torch else "-",
            f">= {efficiency_bar:.2f}", met(ours, efficiency_bar))
     if exposed_bar is None:
         return
@@ -161,9 +164,15 @@ def ddp_scaling(part, title, config, ratio_bar, efficiency_bar, exposed_bar=None
     rate, exposed = median(column(GPUS, 1)), median(column(GPUS, 3))
     step_ms = config_batch(config) * GPUS / rate * 1e3 if rate else None
     share = exposed / step_ms if step_ms and exposed is not None else None
-    yield (f"{title}, {GPUS} GPUs: exposed communication / step",
-           f"{100 * share:.1f}% ({exposed:.1f} of {step_ms:.1f} ms)" if share is not None
-           else "-", "-", f"< {100 * exposed_bar:.0f}%", met(share, exposed_bar, at_least=False))
+    text = f"{100 * share:.1f}% ({exposed:.1f} of {step_ms:.1f} ms)" if share is not None else "-"
+    if share is None and ours:
+        # All-reduces inside the graph are not timed. The step's excess over the one-GPU
+        # step (1 - efficiency) holds the exposed communication and every other cost of
+        # going distributed: a bound from above.
+        share = max(0.0, 1.0 - ours)
+        text = f"at most {100 * share:.1f}% (the {GPUS}-GPU step's excess over 1 GPU's)"
+    yield (f"{title}, {GPUS} GPUs: exposed communication / step", text, "-",
+           f"< {100 * exposed_bar:.0f}%", met(share, exposed_bar, at_least=False))
 
 
 def allreduce():

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# DDP with its step replayed as a CUDA graph (train.cuda_graph = "on", the gradients reduced
-# after each replay) against the eager DDP step, on N GPUs: ResNet-18 on synthetic 32x32 data
+# DDP with its step replayed as a CUDA graph (train.cuda_graph = "on", the all-reduces captured
+# inside it) against the eager DDP step, on N GPUs: ResNet-18 on synthetic 32x32 data
 # in fp32, the training loss of every one of the first STEPS steps. Two eager runs give the
 # run-to-run noise (cuDNN's algorithm choice); the graphed run must stay within ten times it
 # (at least 1e-5 relative). A rank whose gradients were not averaged, or were a step late,
