@@ -1,6 +1,9 @@
 #include "models/batch_norm.h"
 
 #include "common/error.h"
+#if DTRAIN_CUDNN
+#include "models/batch_norm_cudnn.h"
+#endif
 
 namespace dtrain::models {
 
@@ -27,6 +30,12 @@ torch::Tensor BatchNormImpl::forward(const torch::Tensor& input) {
     return training_forward_(input, weight, bias, running_mean, running_var, options_.momentum,
                              options_.eps);
   }
+#if DTRAIN_CUDNN
+  if (is_training() && cudnn_bf16::accepts(input, weight, options_.eps)) {
+    return cudnn_bf16::batch_norm_training(input, weight, bias, running_mean, running_var,
+                                           options_.momentum, options_.eps);
+  }
+#endif
   return torch::batch_norm(input, weight, bias, running_mean, running_var, is_training(),
                            options_.momentum, options_.eps,
                            at::globalContext().userEnabledCuDNN());

@@ -1,6 +1,7 @@
 // BatchNorm over the channels (dim 1) of [N, C, ...] inputs, with PyTorch's parameter and
 // buffer names (weight, bias, running_mean, running_var, num_batches_tracked), so checkpoints
-// stay torchvision's. By default it is torch::nn::BatchNorm2d (the same ATen/cuDNN kernel).
+// stay torchvision's. By default it runs torch::nn::BatchNorm2d's kernels, except bf16 training
+// on a GPU, which takes cuDNN's (models/batch_norm_cudnn.h) where ATen would take its own.
 // Its training forward can be replaced by a function on tensors, such as SyncBatchNorm's
 // (dist::sync_batchnorm_forward), which normalises with the statistics of the global batch;
 // the models know nothing of communicators: the function is all they see.

@@ -1,6 +1,7 @@
 // models::BatchNorm's replaceable training forward (as SyncBatchNorm uses it): called with the
 // layer's own tensors and options in training only, the batches still counted, cleared by an
-// empty function; and set_batchnorm_training_forward reaches every BatchNorm of a model.
+// empty function; set_batchnorm_training_forward reaches every BatchNorm of a model; and on a
+// GPU, bf16 inputs take cuDNN's kernel (which ATen does not choose for them).
 #include "models/batch_norm.h"
 #include "models/registry.h"
 
@@ -67,4 +68,66 @@ TEST_CASE("set_batchnorm_training_forward reaches every BatchNorm", "[models][ba
             return input;
           }) == layers);
   }
+}
+
+TEST_CASE("bf16 BatchNorm on a GPU runs cuDNN's kernels and agrees with ATen's (skipped on CPU)",
+          "[models][batch_norm]") {
+  if (!torch::cuda::is_available()) {
+    WARN("no CUDA device: skipped");
+    return;
+  }
+  const torch::Device cuda(torch::kCUDA, 0);
+  const BatchNormOptions options{16, /*eps=*/1e-5, /*momentum=*/0.1};
+  BatchNorm ours(options);
+  ours->to(cuda);
+  torch::manual_seed(3);
+  {
+    torch::NoGradGuard no_grad;
+    ours->weight.uniform_(0.5, 1.5);
+    ours->bias.normal_();
+  }
+  const torch::Tensor weight = ours->weight.detach().clone().requires_grad_();
+  const torch::Tensor bias = ours->bias.detach().clone().requires_grad_();
+  const torch::Tensor running_mean = ours->running_mean.clone();
+  const torch::Tensor running_var = ours->running_var.clone();
+  const torch::Tensor x = (torch::randn({8, 16, 12, 12}, cuda) * 3 + 1)
+                              .to(torch::kBFloat16)
+                              .contiguous(torch::MemoryFormat::ChannelsLast);
+  const torch::Tensor upstream = torch::randn_like(x);
+
+  const torch::Tensor x_ours = x.clone().requires_grad_();
+  const torch::Tensor y_ours = ours(x_ours);
+  REQUIRE(y_ours.grad_fn());
+  INFO("backward node " << y_ours.grad_fn()->name());
+#if DTRAIN_CUDNN
+  CHECK(y_ours.grad_fn()->name().find("CudnnBf16BatchNorm") != std::string::npos);
+#else
+  CHECK(y_ours.grad_fn()->name() == "NativeBatchNormBackward0");
+#endif
+  y_ours.backward(upstream);
+
+  // ATen's own kernel for bf16 (cudnn_enabled has no effect on it: it never takes cuDNN).
+  const torch::Tensor x_aten = x.clone().requires_grad_();
+  const torch::Tensor y_aten = torch::batch_norm(x_aten, weight, bias, running_mean, running_var,
+                                                 /*training=*/true, 0.1, 1e-5, false);
+  y_aten.backward(upstream);
+
+  CHECK(y_ours.scalar_type() == torch::kBFloat16);
+  CHECK(y_ours.is_contiguous(torch::MemoryFormat::ChannelsLast));
+  const auto close = [](const torch::Tensor& a, const torch::Tensor& b, double tolerance) {
+    return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>() <=
+           tolerance * (1.0 + b.to(torch::kFloat64).abs().max().item<double>());
+  };
+  CHECK(close(y_ours, y_aten, 1e-2));  // bf16 keeps 8 bits: its rounding is 4e-3
+  CHECK(close(x_ours.grad(), x_aten.grad(), 1e-2));
+  CHECK(close(ours->weight.grad(), weight.grad(), 5e-3));  // sums of 1,152 bf16 products
+  CHECK(close(ours->bias.grad(), bias.grad(), 5e-3));
+  CHECK(close(ours->running_mean, running_mean, 1e-4));
+  CHECK(close(ours->running_var, running_var, 1e-4));
+
+  ours->eval();
+  const torch::Tensor y_eval = ours(x);
+  CHECK(close(y_eval, torch::batch_norm(x, ours->weight, ours->bias, ours->running_mean,
+                                        ours->running_var, false, 0.1, 1e-5, false),
+              1e-2));
 }
