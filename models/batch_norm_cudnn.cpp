@@ -135,9 +135,10 @@ class CudnnBf16BatchNorm : public torch::autograd::Function<CudnnBf16BatchNorm> 
 }  // namespace
 
 bool accepts(const torch::Tensor& input, const torch::Tensor& weight, double eps) {
-  // ATen's own bounds for its cuDNN BatchNorm: batch sizes, an eps cuDNN accepts.
+  // ATen's own bounds for its cuDNN BatchNorm: batch sizes, an eps cuDNN accepts. A channel
+  // of one value has no unbiased variance: that input stays on ATen's kernel, as before.
   return input.is_cuda() && input.dim() == 4 && input.scalar_type() == torch::kBFloat16 &&
-         weight.scalar_type() == torch::kFloat32 && input.numel() > 0 &&
+         weight.scalar_type() == torch::kFloat32 && input.numel() > input.size(1) &&
          input.size(0) <= 880801 && at::globalContext().userEnabledCuDNN() &&
          eps >= CUDNN_BN_MIN_EPSILON;
 }
