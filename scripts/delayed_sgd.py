@@ -7,11 +7,16 @@ so that only the delay differs between runs (docs/PERFORMANCE.md, "What a delay 
                    with exact reads over collectives: D = k);
   --split N        each step is N updates of batch/N at lr/N, one per worker in turn (a
                    server applying each worker's push on arrival, as async does);
+  --late K         of --workers N shares of each step's batch, K arrive one step late: the
+                   server's updates are BSP's, but the next step reads them without those K
+                   shares (a server applying the on-time workers' pushes before a
+                   straggler's: K = N is a whole round's delay);
   --dc LAMBDA      DC-ASGD's correction g + lambda' g*g*(w_now - w_read), lambda' = LAMBDA /
                    sqrt(mean square of g) (Zheng et al. 2017, the adaptive variant).
 Prints the steps (of the whole batch) to training losses 1.0, 0.7 and 0.5 (a 10-step
 moving average) and the last loss. SimpleCNN as in models/, torch on the CPU, one thread.
-  usage: delayed_sgd.py [--delay D] [--split N] [--dc L] [--lr LR] [--momentum M] ...
+  usage: delayed_sgd.py [--delay D] [--split N] [--late K --workers N] [--dc L] [--lr LR]
+                        [--momentum M] ...
 """
 import argparse
 import gzip
@@ -54,17 +59,27 @@ def train(x, y, a):
     mean_square = [torch.zeros_like(w) for w in weights]
     batches = torch.Generator().manual_seed(a.seed + 1)
     lr, batch = a.lr / a.split, a.batch // a.split
+    late = [torch.zeros_like(w) for w in weights]  # lr x the last step's late shares
     losses = []
     for _ in range(a.steps * a.split):
         read = history[max(0, len(history) - 1 - a.delay)]
         with torch.no_grad():
-            for p, r in zip(params, read):
-                p.copy_(r)
+            for p, r, missing in zip(params, read, late):
+                p.copy_(r + missing)
         index = torch.randint(0, len(x), (batch,), generator=batches)
-        loss = F.cross_entropy(model(x[index]), y[index])
         model.zero_grad()
-        loss.backward()
-        losses.append(loss.item())
+        if a.late == 0:
+            loss = F.cross_entropy(model(x[index]), y[index])
+            loss.backward()
+        else:  # each worker's share in turn; the first K shares' gradients are the late ones
+            loss = 0.0
+            for worker, share in enumerate(index.chunk(a.workers)):
+                part = F.cross_entropy(model(x[share]), y[share]) / a.workers
+                part.backward()
+                loss += part.detach()
+                if worker == a.late - 1:
+                    late = [lr * p.grad.clone() for p in params]
+        losses.append(float(loss))
         with torch.no_grad():
             for i, p in enumerate(params):
                 g = p.grad
@@ -85,6 +100,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--delay", type=int, default=0)
     p.add_argument("--split", type=int, default=1)
+    p.add_argument("--late", type=int, default=0)
+    p.add_argument("--workers", type=int, default=4)
     p.add_argument("--dc", type=float, default=0.0)
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--momentum", type=float, default=0.5)
@@ -93,11 +110,14 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     a = p.parse_args()
+    if not 0 <= a.late <= a.workers or (a.late and (a.delay or a.split > 1)):
+        sys.exit("delayed_sgd.py: --late takes 0 to --workers, without --delay or --split")
     torch.set_num_threads(1)
     x, y = load_fashion_mnist(a.data)
     to_1, to_07, to_05, last = train(x, y, a)
     show = lambda s: "-" if s is None else str(s)
-    print(f"delay {a.delay} split {a.split} dc {a.dc} lr {a.lr} momentum {a.momentum} "
+    print(f"delay {a.delay} split {a.split} late {a.late}/{a.workers} dc {a.dc} lr {a.lr} "
+          f"momentum {a.momentum} "
           f"seed {a.seed}: steps to loss 1.0 {show(to_1)}, 0.7 {show(to_07)}, "
           f"0.5 {show(to_05)}; last loss {last:.3f}")
 
