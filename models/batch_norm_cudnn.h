@@ -1,7 +1,7 @@
 // BatchNorm's training step on cuDNN for bf16 activations in channels_last, which ATen never
 // sends to cuDNN (it does for fp16): ATen's own channels_last kernels took 12.6 ms of
 // ResNet-50's 28.4 ms bf16 step on an H200, cuDNN's 7.0 ms for the same layers in fp16
-// (docs/PERFORMANCE.md, "BatchNorm in bf16"). Defined only where cudnn.h is found
+// (docs/PERFORMANCE.md, "BatchNorm in bf16 on cuDNN"). Defined only where cudnn.h is found
 // (DTRAIN_CUDNN=1).
 #pragma once
 
