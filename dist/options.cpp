@@ -18,6 +18,11 @@ void DdpOptions::declare(OptionSpecs& keys) {
       .one_of({"broadcast", "average", "local"});
   keys.add("find_unused", &find_unused,
            "reduce parameters that got no gradient as zeros instead of stopping");
+  keys.add("reduce_dtype", &reduce_dtype,
+           "dtype of the all-reduced gradients: param (the parameters'), bf16 (half the "
+           "bytes), or auto (bf16 under train.precision = \"bf16\" without compression, "
+           "else param)")
+      .one_of({"auto", "param", "bf16"});
 }
 
 FieldErrors DdpOptions::validate() const { return check_declared(*this); }
@@ -158,6 +163,13 @@ FieldErrors DistOptions::validate(const DistContext& context) const {
   for (FieldError& error : compression.validate()) {
     errors.push_back({"compression." + error.key, error.problem});
   }
+  if (strategy == StrategyKind::kDdp && ddp.reduce_dtype == "bf16" && compression.enabled()) {
+    errors.push_back({"ddp.reduce_dtype",
+                      fmt::format("\"bf16\" and dist.compression.kind = \"{}\" both set the "
+                                  "gradients' bytes; choose one (compression.kind = \"bf16\" "
+                                  "also casts, with a scale)",
+                                  compression.kind)});
+  }
   const bool zero_other_stage = strategy == StrategyKind::kZero && zero.stage != 2;
   if (compression.enabled() && zero_other_stage) {
     errors.push_back({"compression.kind",
@@ -234,6 +246,17 @@ FieldErrors DistOptions::validate(const DistContext& context) const {
     }
   }
   return errors;
+}
+
+DistOptions DistOptions::resolved(const DistContext& context) const {
+  DistOptions options = *this;
+  // Only under "ddp": another strategy's saved config keeps the default, and reads as set by
+  // nobody when loaded again.
+  if (strategy == StrategyKind::kDdp && options.ddp.reduce_dtype == "auto") {
+    const bool narrow = context.bf16_compute && !compression.enabled();
+    options.ddp.reduce_dtype = narrow ? "bf16" : "param";
+  }
+  return options;
 }
 
 FieldErrors DistOptions::unused_keys() const {

@@ -27,6 +27,13 @@ struct DdpOptions {
   std::string buffers = "broadcast";
   // Parameters without a gradient in a step are reduced as zeros instead of being an error.
   bool find_unused = false;
+  // The dtype the gradients are all-reduced in: "param" (the parameters' own, PyTorch DDP's
+  // choice), "bf16" (half the bytes; each bucket is cast before and widened after), or "auto":
+  // bf16 where the model computes in bf16 (train.precision = "bf16", whose weight gradients
+  // are bf16 products already; FSDP's reduce_dtype and DeepSpeed's bf16 mode do the same)
+  // and no codec sets the bytes, else "param". The trainer resolves "auto" before it builds
+  // the strategy (DistOptions::resolved); a strategy built directly reads it as "param".
+  std::string reduce_dtype = "auto";
 
   void declare(OptionSpecs& keys);
   FieldErrors validate() const;
@@ -152,6 +159,8 @@ struct DistContext {
   bool skip_nonfinite = false;
   // model.sync_batchnorm: every forward is a collective over the workers.
   bool sync_batchnorm = false;
+  // train.precision = "bf16": the model computes in bf16 under autocast.
+  bool bf16_compute = false;
 };
 
 struct DistOptions {
@@ -169,6 +178,8 @@ struct DistOptions {
   // The declared ranges and choices, the subsections' checks, and what the chosen strategy
   // requires of the rest of the config.
   FieldErrors validate(const DistContext& context) const;
+  // The options with the keys that depend on the rest of the config ("auto") decided.
+  DistOptions resolved(const DistContext& context) const;
   // Keys of another strategy's subsection set to something other than their defaults: they
   // have no effect (warnings, not errors).
   FieldErrors unused_keys() const;

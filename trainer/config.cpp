@@ -204,6 +204,16 @@ void report(const FieldErrors& errors, const std::string& section, const toml::t
   }
 }
 
+// What dist needs to know of the trainer's sections.
+dist::DistContext dist_context(const Config& config) {
+  dist::DistContext context;
+  context.fp16_loss_scaling = config.train.precision == "fp16";
+  context.skip_nonfinite = config.train.nonfinite == "skip";
+  context.sync_batchnorm = config.model.sync_batchnorm;
+  context.bf16_compute = config.train.precision == "bf16";
+  return context;
+}
+
 // Every section's validate(), the rules between the trainer's own sections, and warnings.
 void validate_sections(const Config& config, const toml::table& root,
                        const std::set<std::string>& unread, Problems& problems,
@@ -214,11 +224,7 @@ void validate_sections(const Config& config, const toml::table& root,
   report(config.data.validate(), "data", root, unread, problems);
   report(config.optim.validate(), "optim", root, unread, problems);
   report(config.schedule.validate(), "schedule", root, unread, problems);
-  dist::DistContext dist_context;
-  dist_context.fp16_loss_scaling = config.train.precision == "fp16";
-  dist_context.skip_nonfinite = config.train.nonfinite == "skip";
-  dist_context.sync_batchnorm = config.model.sync_batchnorm;
-  report(config.dist.validate(dist_context), "dist", root, unread, problems);
+  report(config.dist.validate(dist_context(config)), "dist", root, unread, problems);
   report(config.dist.unused_keys(), "dist", root, unread, warnings);
   report(config.debug.validate(), "debug", root, unread, problems);
 
@@ -298,6 +304,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   // Defaults that depend on another key take their value now, so that the saved config.toml
   // and the ranks' agreement check see what the run uses.
   config.optim = config.optim.resolved();
+  config.dist = config.dist.resolved(dist_context(config));
   return config;
 }
 

@@ -270,16 +270,21 @@ std::string describe_run(const Config& config, const RunSetup& setup) {
 #else
   const char* images = "no";
 #endif
+  // What crosses the link, where the strategy lets the config choose it.
+  std::string gradients;
+  if (config.dist.strategy == dist::StrategyKind::kDdp && config.dist.ddp.reduce_dtype == "bf16") {
+    gradients = " (gradients all-reduced in bf16)";
+  }
   return fmt::format(
       "dtrain {} | LibTorch {} | CUDA build {} | JPEG/PNG {}\n"
       "run {} -> {}\n"
-      "{} rank(s) on {} node(s) | device {}{} | {} torch threads | strategy {}\n"
+      "{} rank(s) on {} node(s) | device {}{} | {} torch threads | strategy {}{}\n"
       "model {} ({} parameters) | data {} | precision {}{}\n"
       "global batch {} ({} rank(s) x {} x {} micro-steps) | {} steps/epoch | {} steps",
       dtrain_version(), TORCH_VERSION, cuda, images, config.run.name, setup.run_dir,
       setup.world.size, setup.world.num_nodes, setup.device.str(), host_only_ranks(setup),
       torch::get_num_threads(),
-      setup.strategy->name(), config.model.name, num_params,
+      setup.strategy->name(), gradients, config.model.name, num_params,
       config.data.dataset, config.train.precision,
       config.train.channels_last ? " | channels_last" : "", setup.images_per_step,
       setup.strategy->data_group().size, config.data.batch_size, config.train.grad_accum,

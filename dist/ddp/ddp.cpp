@@ -24,7 +24,12 @@ DdpStrategy::DdpStrategy(DdpOptions options, std::shared_ptr<Communicator> comm,
                          CompressionOptions compression)
     : ReplicatedStrategy(std::move(comm)),
       options_(std::move(options)),
-      compression_(std::move(compression)) {}
+      compression_(std::move(compression)) {
+  // "auto" is decided by the trainer (DistOptions::resolved); left undecided, it is "param".
+  if (options_.reduce_dtype == "bf16") reduce_dtype_ = torch::kBFloat16;
+  DTRAIN_CHECK(!(reduce_dtype_ && compression_.enabled()),
+               "ddp: dist.ddp.reduce_dtype = \"bf16\" with dist.compression: choose one");
+}
 
 Layout DdpStrategy::plan_layout(const std::vector<int64_t>& order) const {
   return packed_layout(plan_buckets(order, params_,
@@ -58,8 +63,33 @@ void DdpStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_
       [this](const std::vector<int64_t>& observed) { return plan_layout(observed); });
 }
 
+torch::Tensor& DdpStrategy::narrow_copy(const Bucket& bucket) {
+  if (static_cast<int64_t>(narrow_.size()) <= bucket.index) narrow_.resize(bucket.index + 1);
+  torch::Tensor& narrow = narrow_[bucket.index];
+  const bool fits = narrow.defined() && narrow.numel() == bucket.flat.numel();
+  if (reduce_dtype_ && *reduce_dtype_ != bucket.flat.scalar_type() && !fits) {
+    narrow = torch::empty({bucket.flat.numel()}, bucket.flat.options().dtype(*reduce_dtype_));
+  }
+  return narrow;
+}
+
 std::unique_ptr<Work> DdpStrategy::launch(Bucket& bucket) {
-  return comm_->all_reduce(bucket.flat, ReduceOp::kAverage);
+  torch::Tensor& narrow = narrow_copy(bucket);
+  if (!narrow.defined()) return comm_->all_reduce(bucket.flat, ReduceOp::kAverage);
+  narrow.copy_(bucket.flat);
+  return comm_->all_reduce(narrow, ReduceOp::kAverage);
+}
+
+void DdpStrategy::finish(Bucket& bucket) {
+  const torch::Tensor& narrow = narrow_copy(bucket);
+  if (narrow.defined()) bucket.flat.copy_(narrow);
+}
+
+int64_t DdpStrategy::payload_bytes(const Bucket& bucket) const {
+  const bool narrowed = bucket.index < static_cast<int64_t>(narrow_.size()) &&
+                        narrow_[bucket.index].defined();
+  const torch::Tensor& sent = narrowed ? narrow_[bucket.index] : bucket.flat;
+  return sent.numel() * static_cast<int64_t>(sent.element_size());
 }
 
 void DdpStrategy::before_forward(int64_t step) {

@@ -9,6 +9,10 @@
 //     backward, overlapping the rest of it (`dist.ddp.overlap`), in the same order on every
 //     rank. Gradient accumulation communicates only on the last micro-step.
 //   - BatchNorm buffers follow `dist.ddp.buffers` (dist/buffer_sync.h).
+//   - `dist.ddp.reduce_dtype` = "bf16": each complete bucket is cast into a bf16 copy of its
+//     own (kept for the run, so a CUDA graph reads fixed addresses), that copy is
+//     all-reduced, and the average is widened back into the bucket: half the bytes on the
+//     link for two elementwise passes.
 //   - Under `dist.compression`, a codec hook (dist/compression/codec_hook.h) wraps the
 //     all-reduce: buckets are encoded, exchanged and decoded from the same hooks, so the
 //     overlap stays; the codec's state goes into checkpoints, a file per rank.
@@ -21,6 +25,7 @@
 #include "dist/replicated.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,14 +50,21 @@ class DdpStrategy : public ReplicatedStrategy, private CommHook {
   BucketPlan buckets() const { return reducer_->plan(); }
 
  private:
-  // CommHook: each bucket is all-reduced in place.
+  // CommHook: each bucket is all-reduced in place, or through its narrow copy.
   std::unique_ptr<Work> launch(Bucket& bucket) override;
+  void finish(Bucket& bucket) override;
   Collective collective() const override { return Collective::kAllReduce; }
+  int64_t payload_bytes(const Bucket& bucket) const override;
+
+  // The bucket's copy in the reduce dtype; undefined where it is the bucket's own dtype.
+  torch::Tensor& narrow_copy(const Bucket& bucket);
 
   Layout plan_layout(const std::vector<int64_t>& order) const;
 
   DdpOptions options_;
   CompressionOptions compression_;
+  std::optional<torch::ScalarType> reduce_dtype_;      // none: the parameters' own
+  std::vector<torch::Tensor> narrow_;                  // by bucket, under reduce_dtype_
   std::unique_ptr<compression::CodecHook> codec_hook_;  // none without compression
   std::vector<std::string> gathered_codec_states_;     // on rank 0, by rank, for save()
 };

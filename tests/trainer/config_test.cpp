@@ -401,6 +401,32 @@ TEST_CASE("optim.eps takes the chosen optimizer's default, and the saved config 
   CHECK(load_config("", {}).optim.eps == 0.0);  // sgd has no epsilon
 }
 
+TEST_CASE("dist.ddp.reduce_dtype \"auto\" is bf16 under bf16 autocast without a codec",
+          "[config]") {
+  const std::vector<std::string> ddp_bf16 = {"dist.strategy=ddp", "train.precision=bf16"};
+  CHECK(load_config("", ddp_bf16).dist.ddp.reduce_dtype == "bf16");
+  CHECK(load_config("", {"dist.strategy=ddp"}).dist.ddp.reduce_dtype == "param");
+  CHECK(load_config("", {"dist.strategy=ddp", "train.precision=fp16"}).dist.ddp.reduce_dtype ==
+        "param");
+  std::vector<std::string> with_codec = ddp_bf16;
+  with_codec.push_back("dist.compression.kind=powersgd");
+  CHECK(load_config("", with_codec).dist.ddp.reduce_dtype == "param");
+  std::vector<std::string> forced = {"dist.strategy=ddp", "dist.ddp.reduce_dtype=bf16"};
+  CHECK(load_config("", forced).dist.ddp.reduce_dtype == "bf16");  // on fp32 compute too
+  // Another strategy keeps "auto": its saved config reloads without a warning.
+  const Config zero = load_config("", {"dist.strategy=zero", "train.precision=bf16"});
+  CHECK(zero.dist.ddp.reduce_dtype == "auto");
+  const std::string path = write_config("zero_bf16.toml", dtrain::trainer::to_toml(zero));
+  CHECK(warnings_of(path).empty());
+  // Both a reduce dtype and a codec: one line naming the key.
+  forced.push_back("dist.compression.kind=fp16");
+  CHECK(problems_of("", forced) ==
+        std::vector<std::string>{
+            "--set dist.ddp.reduce_dtype: \"bf16\" and dist.compression.kind = \"fp16\" both "
+            "set the gradients' bytes; choose one (compression.kind = \"bf16\" also casts, "
+            "with a scale)"});
+}
+
 TEST_CASE("docs/CONFIG.md documents every key", "[config]") {
   std::ifstream doc(std::string(DTRAIN_SOURCE_DIR) + "/docs/CONFIG.md");
   REQUIRE(doc);

@@ -67,11 +67,14 @@ TEST_CASE("DDP's all-reduces captured in a CUDA graph take one rank's steps on e
   const c10::cuda::CUDAGuard on_device(device());
   const Data data = make_data(world()->size());
   const auto sgd = optimizer_options("sgd");
-  Net reference = train_reference(data, sgd);
   DdpOptions options;
   options.bucket_mb = options.first_bucket_mb = 1e-5;  // one tensor per bucket
   options.overlap = GENERATE(true, false);
-  CAPTURE(options.overlap);
+  // In bf16 the reference is the same reduction run eagerly: NCCL sums in a fixed order.
+  options.reduce_dtype = GENERATE("param", "bf16");
+  CAPTURE(options.overlap, options.reduce_dtype);
+  Net reference = options.reduce_dtype == "param" ? train_reference(data, sgd)
+                                                  : train_ddp(data, options, 1).net;
   const int rank = world()->rank();
   Net net = make_net(static_cast<uint64_t>(rank));
   DdpStrategy strategy(options, world());
@@ -123,6 +126,53 @@ TEST_CASE("DDP's all-reduces captured in a CUDA graph take one rank's steps on e
   CHECK(stat(stats, "comm/collectives") == static_cast<double>(strategy.buckets().size()));
   CHECK_THROWS(stat(stats, "comm/ms"));
 #endif
+}
+
+// dist.ddp.reduce_dtype = "bf16": one step's gradients are the average over ranks of each
+// rank's gradient cast to bf16, summed in bf16 (each partial sum rounded once), and widened.
+TEST_CASE("DDP in bf16 averages the ranks' gradients cast to bf16", "[dist][ddp]") {
+  auto comm = world();
+  const Data data = make_data(comm->size());
+  const int rank = comm->rank();
+  const torch::Tensor x = data.x[0].narrow(0, rank * kPerRank, kPerRank);
+  const torch::Tensor y = data.y[0].narrow(0, rank * kPerRank, kPerRank);
+
+  Net local = make_net(0);  // this rank's own gradient, without the strategy
+  torch::nn::functional::cross_entropy(local->forward(x), y).backward();
+  DdpOptions options;
+  options.reduce_dtype = "bf16";
+  Net net = make_net(0);
+  DdpStrategy strategy(options, comm);
+  strategy.attach(*net, factory(optimizer_options("sgd")));
+  strategy.before_forward(0);
+  strategy.before_backward(true);
+  torch::nn::functional::cross_entropy(net->forward(x), y).backward();
+  strategy.after_backward(true);
+
+  const std::vector<torch::Tensor> mine = local->parameters();
+  const std::vector<torch::Tensor> reduced = net->parameters();
+  for (size_t i = 0; i < mine.size(); ++i) {
+    CAPTURE(i);
+    const torch::Tensor cast = mine[i].grad().to(torch::kBFloat16).to(torch::kFloat64).flatten();
+    torch::Tensor all = torch::empty({comm->size() * cast.numel()}, cast.options());
+    comm->all_gather(cast, all)->wait();
+    const torch::Tensor per_rank = all.view({comm->size(), cast.numel()});
+    const torch::Tensor got = reduced[i].grad().flatten();
+    // The sum was made in bf16: its result is a bf16 number.
+    CHECK(torch::equal(got, got.to(torch::kBFloat16).to(torch::kFloat64)));
+    // A rounding (bf16's unit, 2^-8 relative) per partial sum and one for the division: at
+    // most the sum of the magnitudes times the unit, in the mean.
+    const torch::Tensor bound = per_rank.abs().sum(0) * std::ldexp(1.0, -8);
+    CHECK(((got - per_rank.mean(0)).abs() <= bound).all().item<bool>());
+    if (comm->size() == 2) {  // one rounded sum, an exact halving
+      const torch::Tensor sum = per_rank.sum(0).to(torch::kBFloat16).to(torch::kFloat64);
+      CHECK(torch::equal(got, sum / 2.0));
+    }
+  }
+  int64_t numel = 0;
+  for (const torch::Tensor& param : reduced) numel += param.numel();
+  strategy.step(optimizer_options("sgd").lr);  // ends the step's record
+  CHECK(stat(strategy.stats(), "comm/bytes") == static_cast<double>(2 * numel));  // bf16's
 }
 
 TEST_CASE("DDP with LARS and LAMB equals one rank", "[dist][ddp]") {
