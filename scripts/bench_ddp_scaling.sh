@@ -25,14 +25,17 @@ efficiency() {  # RATE N BASE -> RATE / (N x BASE)
 # A run that fails shows "-" (its log's tail goes to stderr); the others still report.
 # "default" is the trainer's own choice (the step a CUDA graph where train.cuda_graph's auto
 # allows it: `single`, and `ddp` with its all-reduces inside the graph, overlapping backward);
-# "graph, overlap off" launches them inside the graph after backward; "eager" turns the graph
-# off, with DDP's all-reduces overlapped with backward or after it. Inside a graph the
-# all-reduces are not timed: "exposed ms" is then "-".
+# "graph, overlap off" launches them inside the graph after backward; "graph, fp32 grads" is
+# the default with the gradients all-reduced in the parameters' fp32 (dist.ddp.reduce_dtype =
+# "param", PyTorch DDP's choice) rather than in bf16; "eager" turns the graph off, with DDP's
+# all-reduces overlapped with backward or after it. Inside a graph the all-reduces are not
+# timed: "exposed ms" is then "-".
 rows=() details=()
 for n in "${counts[@]}"; do
   if [ "$n" -eq 1 ]; then
     default=$(dtrain_run 1 np1_single --set dist.strategy=single) || default="- - - -"
     graph_off=$default
+    fp32_grads=$default
     on=$(dtrain_run 1 np1_single_eager --set dist.strategy=single \
       --set train.cuda_graph=off) || on="- - - -"
     off=$on
@@ -40,33 +43,36 @@ for n in "${counts[@]}"; do
     default=$(dtrain_run "$n" "np${n}_ddp" --set dist.strategy=ddp) || default="- - - -"
     graph_off=$(dtrain_run "$n" "np${n}_graph_overlap_off" --set dist.strategy=ddp \
       --set dist.ddp.overlap=false) || graph_off="- - - -"
+    fp32_grads=$(dtrain_run "$n" "np${n}_graph_fp32_grads" --set dist.strategy=ddp \
+      --set dist.ddp.reduce_dtype=param) || fp32_grads="- - - -"
     on=$(dtrain_run "$n" "np${n}_eager_overlap_on" --set dist.strategy=ddp \
       --set train.cuda_graph=off --set dist.ddp.overlap=true) || on="- - - -"
     off=$(dtrain_run "$n" "np${n}_eager_overlap_off" --set dist.strategy=ddp \
       --set train.cuda_graph=off --set dist.ddp.overlap=false) || off="- - - -"
-    for run in default graph_off on off; do
+    for run in default graph_off fp32_grads on off; do
       read -r _ exposed_ms comm_ms busbw <<<"${!run}"
       details+=("$n GPUs, $run: comm $comm_ms ms/step at $busbw GB/s busbw, $exposed_ms ms exposed")
     done
   fi
   read -r default_rate default_exposed _ _ <<<"$default"
   read -r graph_off_rate _ _ _ <<<"$graph_off"
+  read -r fp32_grads_rate _ _ _ <<<"$fp32_grads"
   read -r on_rate _ _ _ <<<"$on"
   read -r off_rate _ _ _ <<<"$off"
   torch_rate=$(torch_run "$n" "torch_ddp_np$n") || true
   torch_rate=${torch_rate:--}
   if [ "$n" -eq 1 ]; then dtrain_base=$default_rate torch_base=$torch_rate; fi
-  rows+=("$(printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |' "$n" \
+  rows+=("$(printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |' "$n" \
     "$default_rate" "$(efficiency "$default_rate" "$n" "$dtrain_base")" "$default_exposed" \
-    "$graph_off_rate" "$on_rate" "$off_rate" "$torch_rate" \
+    "$graph_off_rate" "$fp32_grads_rate" "$on_rate" "$off_rate" "$torch_rate" \
     "$(efficiency "$torch_rate" "$n" "$torch_base")")")
 done
 
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | sed -n 1p)
 echo "$model on $gpu ($config): bf16, channels_last, synthetic data"
 echo
-echo "| GPUs | dtrain default img/s | eff | exposed ms | graph, overlap off img/s | eager, overlap on img/s | eager, overlap off img/s | torch DDP img/s | eff |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| GPUs | dtrain default img/s | eff | exposed ms | graph, overlap off img/s | graph, fp32 grads img/s | eager, overlap on img/s | eager, overlap off img/s | torch DDP img/s | eff |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
 echo
 printf '%s\n' "${details[@]}"

@@ -128,35 +128,36 @@ def config_batch(config):
 
 def ddp_scaling(part, title, config, ratio_bar, efficiency_bar, exposed_bar=None):
     """bench_ddp_scaling.sh's table, one per round: | GPUs | default img/s | eff | exposed ms
-    | graph overlap off img/s | eager overlap on img/s | eager overlap off img/s | torch img/s
-    | eff |."""
+    | graph overlap off img/s | graph fp32 grads img/s | eager overlap on img/s | eager
+    overlap off img/s | torch img/s | eff |."""
     lines = part_lines(part)
-    rows = table_rows(lines, 9) if lines else {}
+    rows = table_rows(lines, 10) if lines else {}
 
     def column(n, i):
         return [number(r[i]) for r in rows.get(n, [])]
 
-    ours1, torch1 = median(column(1, 1)), median(column(1, 7))
+    ours1, torch1 = median(column(1, 1)), median(column(1, 8))
     ratio = ours1 / torch1 if ours1 and torch1 else None
     yield (f"{title}, 1 GPU: img/s over PyTorch's",
            f"{ratio:.3f}x ({spread(column(1, 1))} img/s)" if ratio else "-",
-           f"{spread(column(1, 7))} img/s" if torch1 else "-",
+           f"{spread(column(1, 8))} img/s" if torch1 else "-",
            f">= {ratio_bar:.2f}x", met(ratio, ratio_bar))
 
     def efficiency(i, base):  # the median img/s at GPUS over GPUS x the side's own at 1
         rate = median(column(GPUS, i))
         return rate / (GPUS * base) if rate and base else None
 
-    ours, torch = efficiency(1, ours1), efficiency(7, torch1)
+    ours, torch = efficiency(1, ours1), efficiency(8, torch1)
     others = [(name, efficiency(i, ours1)) for name, i in
-              (("graph, overlap off", 4), ("eager", 5), ("eager", 6))]
+              (("graph, overlap off", 4), ("graph, fp32 gradients", 5), ("eager", 6),
+               ("eager", 7))]
     others = [(name, e) for name, e in others if e]
     measured = "-"
     if ours:
         measured = f"{ours:.3f} ({spread(column(GPUS, 1))} img/s"
         measured += "".join(f"; {name} {e:.3f}" for name, e in others) + ")"
     yield (f"{title}, {GPUS} GPUs: scaling efficiency, default settings", measured,
-           f"{torch:.3f} ({spread(column(GPUS, 7))} img/s)" if torch else "-",
+           f"{torch:.3f} ({spread(column(GPUS, 8))} img/s)" if torch else "-",
            f">= {efficiency_bar:.2f}", met(ours, efficiency_bar))
     if exposed_bar is None:
         return
