@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a multi-GPU machine, the parameter server: build, its multi-rank tests (CPU ranks and
-# GPU workers over NCCL), then ResNet-50 (configs/resnet50_ps.toml) on every GPU under ddp and
+# GPU workers over NCCL), then ResNet-50 (configs/resnet50_ps.toml) on every GPU under ddp (its
+# gradients in bf16, its default, and in fp32 as the servers take them: ddp:param) and
 # the ps variants (colocated bsp and ssp over collectives, the transport's default on GPUs;
 # bsp over messages and async, which runs over messages) beside PyTorch DDP, and again with
 # worker 1 slowed 1.5x every step and with the workers slowed 1.5x in turn, each long enough to
@@ -38,7 +39,7 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   echo "== ResNet-50 bf16 on $gpus GPUs, $steps steps: ddp and ps"
   scripts/sweep_strategies.sh build-gpu "$out/uniform" --ranks "$gpus" --steps "$steps" \
     --repeat 1 --config configs/resnet50_ps.toml \
-    --strategies "${UNIFORM:-ddp ps:bsp ps:ssp1 ps:ssp2 ps:ssp2+exact ps:bsp+messages ps:async}" \
+    --strategies "${UNIFORM:-ddp ddp:param ps:bsp ps:ssp1 ps:ssp2 ps:ssp2+exact ps:bsp+messages ps:async}" \
     | tee "$out/uniform.md"
   echo "== PyTorch DDP, the same model and batch (scripts/bench_torch_ddp.py)"
   mpirun -np "$gpus" --oversubscribe --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE \

@@ -9,7 +9,9 @@
 #                                  newest or exact (dist.ps.ssp_reads), predict
 #                                  (dist.ps.predict_weights):
 #                                  "ps ps:ssp2 ps:async ps:bsp+dedicated1 ps:bsp+messages";
-#                                  a ZeRO stage is zero:stageN ("zero:stage2")
+#                                  a ZeRO stage is zero:stageN ("zero:stage2"); DDP's
+#                                  gradients in a dtype of dist.ddp.reduce_dtype: ddp:param
+#                                  (fp32, as ZeRO and ps reduce) or ddp:bf16
 #     --steps N                    steps per run (default 200)
 #     --repeat N                   runs per point, to show the spread (default 3)
 #     --config FILE                the job (default configs/fashion_mnist.toml)
@@ -59,6 +61,7 @@ strategy_sets() {
       predict) variant+=(--set dist.ps.predict_weights=true) ;;
       ssp[0-9]*) variant+=(--set dist.ps.consistency=ssp --set dist.ps.staleness="${option#ssp}") ;;
       stage[0-9]*) variant+=(--set dist.zero.stage="${option#stage}") ;;
+      param | bf16) variant+=(--set dist.ddp.reduce_dtype="$option") ;;
       dedicated[0-9]*)
         servers=${option#dedicated}
         variant+=(--set dist.ps.placement=dedicated --set dist.ps.servers="$servers") ;;
