@@ -187,16 +187,26 @@ void GradientReducer::on_gradient_ready(int64_t index) {
 // per parameter costs ~4 µs of launch gap each on the compute stream, more than the copy),
 // and makes the views the gradients again.
 void GradientReducer::move_gradients_to_bucket(const Bucket& bucket) {
+  // With a staging tensor, each gradient goes to its view's place there instead (cast by the
+  // copy), and the view becomes the gradient once the hook's finish() has filled it.
+  const torch::Tensor staging = hook_.staging(bucket);
+  const int64_t flat_offset = bucket.flat.storage_offset();
   std::vector<torch::Tensor> sources, targets;
   for (const int64_t index : bucket.layout.params) {
     torch::Tensor& grad = params_[index].mutable_grad();
     const torch::Tensor& view = views_[index];
-    if (grad.is_same(view)) continue;  // accumulated into the view in place
+    const torch::Tensor target =
+        staging.defined() ? staging.as_strided(view.sizes(), view.strides(),
+                                               staging.storage_offset() +
+                                                   view.storage_offset() - flat_offset)
+                          : view;
     if (grad.defined()) {
-      sources.push_back(grad);
-      targets.push_back(view);
+      if (!grad.is_same(target)) {  // else accumulated into the view in place
+        sources.push_back(grad);
+        targets.push_back(target);
+      }
     } else {
-      view.zero_();  // no gradient this step (find_unused): reduced as zeros
+      target.zero_();  // no gradient this step (find_unused): reduced as zeros
     }
     grad = view;
   }

@@ -68,6 +68,13 @@ struct Bucket {
 class CommHook {
  public:
   virtual ~CommHook() = default;
+  // Where the reducer copies the bucket's gradients, if not into bucket.flat: a tensor of
+  // bucket.flat's numel, zero in its gaps, in any floating dtype (the copy casts). The hook's
+  // finish() must then fill bucket.flat. Undefined (the default): bucket.flat.
+  virtual torch::Tensor staging(const Bucket& bucket) {
+    (void)bucket;
+    return {};
+  }
   // Starts the bucket's communication; in flight until its wait().
   virtual std::unique_ptr<Work> launch(Bucket& bucket) = 0;
   // After the reducer waited for the work: the strategy's use of the result.

@@ -68,16 +68,14 @@ torch::Tensor& DdpStrategy::narrow_copy(const Bucket& bucket) {
   torch::Tensor& narrow = narrow_[bucket.index];
   const bool fits = narrow.defined() && narrow.numel() == bucket.flat.numel();
   if (reduce_dtype_ && *reduce_dtype_ != bucket.flat.scalar_type() && !fits) {
-    narrow = torch::empty({bucket.flat.numel()}, bucket.flat.options().dtype(*reduce_dtype_));
+    narrow = torch::zeros({bucket.flat.numel()}, bucket.flat.options().dtype(*reduce_dtype_));
   }
   return narrow;
 }
 
 std::unique_ptr<Work> DdpStrategy::launch(Bucket& bucket) {
-  torch::Tensor& narrow = narrow_copy(bucket);
-  if (!narrow.defined()) return comm_->all_reduce(bucket.flat, ReduceOp::kAverage);
-  narrow.copy_(bucket.flat);
-  return comm_->all_reduce(narrow, ReduceOp::kAverage);
+  const torch::Tensor& narrow = narrow_copy(bucket);  // the reducer staged the gradients there
+  return comm_->all_reduce(narrow.defined() ? narrow : bucket.flat, ReduceOp::kAverage);
 }
 
 void DdpStrategy::finish(Bucket& bucket) {

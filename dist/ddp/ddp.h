@@ -9,10 +9,10 @@
 //     backward, overlapping the rest of it (`dist.ddp.overlap`), in the same order on every
 //     rank. Gradient accumulation communicates only on the last micro-step.
 //   - BatchNorm buffers follow `dist.ddp.buffers` (dist/buffer_sync.h).
-//   - `dist.ddp.reduce_dtype` = "bf16": each complete bucket is cast into a bf16 copy of its
-//     own (kept for the run, so a CUDA graph reads fixed addresses), that copy is
-//     all-reduced, and the average is widened back into the bucket: half the bytes on the
-//     link for two elementwise passes.
+//   - `dist.ddp.reduce_dtype` = "bf16": the reducer casts a complete bucket's gradients into
+//     a bf16 copy of the bucket (its staging tensor, kept for the run so that a CUDA graph
+//     reads fixed addresses), that copy is all-reduced, and the average is widened into the
+//     bucket: half the bytes on the link, and no more passes over memory than in fp32.
 //   - Under `dist.compression`, a codec hook (dist/compression/codec_hook.h) wraps the
 //     all-reduce: buckets are encoded, exchanged and decoded from the same hooks, so the
 //     overlap stays; the codec's state goes into checkpoints, a file per rank.
@@ -51,6 +51,7 @@ class DdpStrategy : public ReplicatedStrategy, private CommHook {
 
  private:
   // CommHook: each bucket is all-reduced in place, or through its narrow copy.
+  torch::Tensor staging(const Bucket& bucket) override { return narrow_copy(bucket); }
   std::unique_ptr<Work> launch(Bucket& bucket) override;
   void finish(Bucket& bucket) override;
   Collective collective() const override { return Collective::kAllReduce; }
