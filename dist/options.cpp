@@ -23,6 +23,11 @@ void DdpOptions::declare(OptionSpecs& keys) {
            "bytes), or auto (bf16 under train.precision = \"bf16\" without compression, "
            "else param)")
       .one_of({"auto", "param", "bf16"});
+  keys.add("batchnorm_beside_allreduce", &batchnorm_beside_allreduce,
+           "BatchNorm backwards after each bucket launched during backward that run on ATen's "
+           "kernels, which share the GPU with the all-reduce (cuDNN's persistent bf16 kernels "
+           "wait for it); 0: none")
+      .range(0, 1024);
 }
 
 FieldErrors DdpOptions::validate() const { return check_declared(*this); }

@@ -34,6 +34,12 @@ struct DdpOptions {
   // and no codec sets the bytes, else "param". The trainer resolves "auto" before it builds
   // the strategy (DistOptions::resolved); a strategy built directly reads it as "param".
   std::string reduce_dtype = "auto";
+  // After each bucket launched during backward, this many BatchNorm backwards run on ATen's
+  // kernels (common/shared_kernels.h), which share the GPU with the all-reduce, where cuDNN's
+  // persistent kernels (bf16 on GPUs) would wait until it ends. 0: none. 2 measured best of
+  // 0-4 on 2 x H200: ResNet-18 32x32 efficiency 0.944-0.948 against 0.931-0.935, ResNet-50
+  // 0.980 against 0.977-0.979 (docs/PERFORMANCE.md).
+  int64_t batchnorm_beside_allreduce = 2;
 
   void declare(OptionSpecs& keys);
   FieldErrors validate() const;

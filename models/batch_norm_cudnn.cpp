@@ -1,6 +1,7 @@
 #include "models/batch_norm_cudnn.h"
 
 #include "common/error.h"
+#include "common/shared_kernels.h"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cudnn/Handle.h>
@@ -101,6 +102,16 @@ class CudnnBf16BatchNorm : public torch::autograd::Function<CudnnBf16BatchNorm> 
     const torch::Tensor &x = saved[0], &weight = saved[1], &bias = saved[2],
                         &save_mean = saved[3], &save_invstd = saved[4], &reserve = saved[5];
     const torch::Tensor dy = grads[0].contiguous(torch::MemoryFormat::ChannelsLast);
+    if (take_shared_kernel_request()) {
+      // Beside an all-reduce in flight: ATen's kernels start without waiting for every SM.
+      // cuDNN saved the batch's mean and inverse standard deviation, as ATen does.
+      auto [dx, dweight, dbias] = at::native_batch_norm_backward(
+          dy, x, weight, /*running_mean=*/torch::Tensor(), /*running_var=*/torch::Tensor(),
+          save_mean, save_invstd, /*train=*/true, ctx->saved_data["eps"].toDouble(),
+          {true, true, true});
+      return {dx, dweight, dbias, torch::Tensor(), torch::Tensor(), torch::Tensor(),
+              torch::Tensor()};
+    }
     torch::Tensor dx = torch::empty_like(x, torch::MemoryFormat::ChannelsLast);
     torch::Tensor dweight = torch::empty_like(weight), dbias = torch::empty_like(bias);
     const Descriptors desc(x);

@@ -15,7 +15,8 @@ bool accepts(const torch::Tensor& input, const torch::Tensor& weight, double eps
 
 // torch::batch_norm(..., training = true, ...) on cuDNN's persistent NHWC kernels: normalises
 // with the batch's statistics, updates running_mean and running_var in place, and is
-// differentiable in input, weight and bias. The output is channels_last.
+// differentiable in input, weight and bias. The output is channels_last. A backward that takes
+// a request of common/shared_kernels.h runs on ATen's kernels instead, beside communication.
 torch::Tensor batch_norm_training(const torch::Tensor& input, const torch::Tensor& weight,
                                   const torch::Tensor& bias, const torch::Tensor& running_mean,
                                   const torch::Tensor& running_var, double momentum, double eps);

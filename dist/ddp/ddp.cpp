@@ -1,6 +1,7 @@
 #include "dist/ddp/ddp.h"
 
 #include "common/error.h"
+#include "common/shared_kernels.h"
 #include "dist/compression/codec_file.h"
 #include "dist/optimizer_state.h"
 
@@ -74,6 +75,12 @@ torch::Tensor& DdpStrategy::narrow_copy(const Bucket& bucket) {
 }
 
 std::unique_ptr<Work> DdpStrategy::launch(Bucket& bucket) {
+  // Under overlap every bucket but the last is launched during backward (the last holds the
+  // gradient ready last). What backward leaves untaken, the next before_backward() drops.
+  const bool last = bucket.index + 1 == static_cast<int64_t>(reducer_->buckets().size());
+  if (options_.overlap && !last && options_.batchnorm_beside_allreduce > 0) {
+    request_shared_kernels(static_cast<int>(options_.batchnorm_beside_allreduce));
+  }
   const torch::Tensor& narrow = narrow_copy(bucket);  // the reducer staged the gradients there
   return comm_->all_reduce(narrow.defined() ? narrow : bucket.flat, ReduceOp::kAverage);
 }
@@ -93,6 +100,11 @@ int64_t DdpStrategy::payload_bytes(const Bucket& bucket) const {
 void DdpStrategy::before_forward(int64_t step) {
   if (codec_hook_) codec_hook_->begin_step(step);
   ReplicatedStrategy::before_forward(step);
+}
+
+void DdpStrategy::before_backward(bool last_micro_step) {
+  clear_shared_kernel_requests();
+  ReplicatedStrategy::before_backward(last_micro_step);
 }
 
 void DdpStrategy::step(double lr) {

@@ -13,6 +13,9 @@
 //     a bf16 copy of the bucket (its staging tensor, kept for the run so that a CUDA graph
 //     reads fixed addresses), that copy is all-reduced, and the average is widened into the
 //     bucket: half the bytes on the link, and no more passes over memory than in fp32.
+//   - `dist.ddp.batchnorm_beside_allreduce` = n: each bucket launched during backward asks
+//     that the next n BatchNorm backwards take ATen's kernels, which run beside the
+//     all-reduce, where cuDNN's persistent ones wait for its SMs (common/shared_kernels.h).
 //   - Under `dist.compression`, a codec hook (dist/compression/codec_hook.h) wraps the
 //     all-reduce: buckets are encoded, exchanged and decoded from the same hooks, so the
 //     overlap stays; the codec's state goes into checkpoints, a file per rank.
@@ -39,6 +42,7 @@ class DdpStrategy : public ReplicatedStrategy, private CommHook {
   std::string name() const override { return "ddp"; }
   void attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) override;
   void before_forward(int64_t step) override;
+  void before_backward(bool last_micro_step) override;
   std::vector<torch::Tensor> gradient_owners() override { return params_; }
   void step(double lr) override;
   void prepare_checkpoint() override;

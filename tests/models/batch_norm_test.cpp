@@ -1,7 +1,9 @@
 // models::BatchNorm's replaceable training forward (as SyncBatchNorm uses it): called with the
 // layer's own tensors and options in training only, the batches still counted, cleared by an
 // empty function; set_batchnorm_training_forward reaches every BatchNorm of a model; and on a
-// GPU, bf16 inputs take cuDNN's kernel (which ATen does not choose for them).
+// GPU, bf16 inputs take cuDNN's kernel (which ATen does not choose for them), or ATen's for a
+// backward beside an all-reduce.
+#include "common/shared_kernels.h"
 #include "models/batch_norm.h"
 #include "models/registry.h"
 
@@ -104,7 +106,17 @@ TEST_CASE("bf16 BatchNorm on a GPU runs cuDNN's kernels and agrees with ATen's (
 #else
   CHECK(y_ours.grad_fn()->name() == "NativeBatchNormBackward0");
 #endif
+  // A backward beside an all-reduce (common/shared_kernels.h) takes ATen's kernels from
+  // cuDNN's saved statistics: the same gradients.
+  const bool shared = GENERATE(false, true);
+  CAPTURE(shared);
+  dtrain::clear_shared_kernel_requests();
+  if (shared) dtrain::request_shared_kernels(1);
   y_ours.backward(upstream);
+#if DTRAIN_CUDNN
+  CHECK_FALSE(dtrain::take_shared_kernel_request());  // taken by the backward, if made
+#endif
+  dtrain::clear_shared_kernel_requests();
 
   // ATen's own kernel for bf16 (cudnn_enabled has no effect on it: it never takes cuDNN).
   const torch::Tensor x_aten = x.clone().requires_grad_();

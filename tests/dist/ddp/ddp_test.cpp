@@ -2,6 +2,7 @@
 // must take exactly the steps one process takes on batch N*b, whatever the bucket size,
 // overlap or gradient accumulation. Float64: tolerance 1e-12.
 #include "common/error.h"
+#include "common/shared_kernels.h"
 #include "dist/buckets.h"
 #include "dist/ddp/ddp.h"
 
@@ -213,6 +214,26 @@ TEST_CASE("DDP re-plans buckets from the observed gradient order", "[dist][ddp]"
   CHECK(stat(stats, "comm/ms") >= 0.0);
   CHECK(stat(stats, "comm/exposed_ms") >= 0.0);
   CHECK(stat(stats, "comm/exposed_ms") <= stat(stats, "comm/ms") + 1e-9);
+}
+
+// dist.ddp.batchnorm_beside_allreduce: under overlap, every bucket launched during backward
+// (all but the last) asks for that many GPU-sharing BatchNorm backwards (this net has none to
+// take them), and the next backward starts without what was left.
+TEST_CASE("DDP asks for shared BatchNorm kernels after each bucket launched in backward",
+          "[dist][ddp]") {
+  DdpOptions options;
+  options.bucket_mb = options.first_bucket_mb = 1e-5;  // one tensor per bucket: 6 buckets
+  options.batchnorm_beside_allreduce = 2;
+  options.overlap = GENERATE(true, false);
+  CAPTURE(options.overlap);
+  Trained trained = train_ddp(make_data(world()->size()), options, 1);
+  REQUIRE(trained.strategy->buckets().size() == 6);
+  int64_t requests = 0;
+  while (dtrain::take_shared_kernel_request()) ++requests;
+  CHECK(requests == (options.overlap ? 2 * 5 : 0));  // without overlap, all after backward
+  dtrain::request_shared_kernels(1);
+  trained.strategy->before_backward(/*last_micro_step=*/false);
+  CHECK_FALSE(dtrain::take_shared_kernel_request());
 }
 
 TEST_CASE("DDP names parameters without gradients, or reduces them with find_unused",
