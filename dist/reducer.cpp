@@ -2,12 +2,12 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "optim/multi_tensor.h"
 
 #include <fmt/format.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
-#include <torch/version.h>
 
 #include <algorithm>
 
@@ -210,12 +210,7 @@ void GradientReducer::move_gradients_to_bucket(const Bucket& bucket) {
     }
     grad = view;
   }
-  if (sources.empty()) return;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
-  at::_foreach_copy_(targets, sources);
-#else
-  for (size_t i = 0; i < sources.size(); ++i) targets[i].copy_(sources[i]);
-#endif
+  optim::copy_(targets, sources);
 }
 
 void GradientReducer::zero_gaps(const Bucket& bucket) {

@@ -4,6 +4,8 @@
 #include "optim/multi_tensor_cuda.h"
 #endif
 
+#include <torch/version.h>
+
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
@@ -82,6 +84,26 @@ cuda::LambScalars lamb_scalars(const LambDirectionArgs& args, int64_t step) {
           std::sqrt(1.0 - std::pow(args.beta2, t))};
 }
 
+// Whether the copy kernel takes the lists: floating tensors on one CUDA device, one dtype per
+// list, each pair laid out alike.
+bool copy_kernel_takes(const std::vector<torch::Tensor>& targets,
+                       const std::vector<torch::Tensor>& sources) {
+  const torch::Tensor& lead = targets.front();
+  if (!has_multi_tensor_kernels(lead.device()) || sources.size() != targets.size()) return false;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const torch::Tensor& target = targets[i];
+    const torch::Tensor& source = sources[i];
+    if (target.device() != lead.device() || source.device() != lead.device() ||
+        target.scalar_type() != lead.scalar_type() ||
+        source.scalar_type() != sources.front().scalar_type() ||
+        !at::isFloatingType(target.scalar_type()) || !at::isFloatingType(source.scalar_type()) ||
+        !same_dense_layout(target, source)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 #endif
 
@@ -112,6 +134,21 @@ torch::Tensor squared_norms(const std::vector<torch::Tensor>& first,
   std::vector<torch::Tensor> rows{torch::stack(at::_foreach_norm(first))};
   if (second) rows.push_back(torch::stack(at::_foreach_norm(*second)));
   return torch::stack(rows).square();
+}
+
+void copy_(const std::vector<torch::Tensor>& targets, const std::vector<torch::Tensor>& sources) {
+  if (targets.empty()) return;
+#ifdef DTRAIN_CUDA_KERNELS
+  if (copy_kernel_takes(targets, sources)) {
+    cuda::copy_(targets, sources);
+    return;
+  }
+#endif
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  at::_foreach_copy_(targets, sources);
+#else
+  for (size_t i = 0; i < targets.size(); ++i) targets[i].copy_(sources[i]);
+#endif
 }
 
 void add_scaled_(const std::vector<torch::Tensor>& targets,

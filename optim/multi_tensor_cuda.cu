@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(kThreads)
 // in chunk order.
 template <int Depth, typename Launch>
 void for_each_batch(const std::array<const std::vector<at::Tensor>*, Depth>& lists,
-                    const Launch& launch) {
+                    const Launch& launch, int64_t chunk_numel = kChunk) {
   const std::vector<at::Tensor>& lead = *lists[0];
   Batch<Depth> batch{};
   int tensors = 0;
@@ -244,7 +244,7 @@ void for_each_batch(const std::array<const std::vector<at::Tensor>*, Depth>& lis
   for (size_t i = 0; i < lead.size(); ++i) {
     if (tensors == kMaxTensors<Depth>) flush();
     add_tensor(i);
-    const int64_t chunks = (lead[i].numel() + kChunk - 1) / kChunk;
+    const int64_t chunks = (lead[i].numel() + chunk_numel - 1) / chunk_numel;
     for (int64_t c = 0; c < chunks; ++c) {
       batch.tensor_of_block[blocks] = static_cast<uint8_t>(tensors - 1);
       batch.chunk_of_block[blocks] = static_cast<int32_t>(c);
@@ -268,6 +268,37 @@ at::Tensor opmath_factors(const at::Tensor& factors) {
 template <typename T>
 const at::opmath_type<T>* data_or_null(const at::Tensor& factors) {
   return factors.defined() ? factors.data_ptr<at::opmath_type<T>>() : nullptr;
+}
+
+// A copy moves 6-8 bytes an element and computes nothing, so its blocks take smaller chunks:
+// a bucket of a few million elements in kChunk-sized blocks would fill about one block per SM,
+// too few bytes in flight to approach the memory bandwidth (ATen's _foreach_copy_, which
+// chunks that way, moves a bucket at about a third of it).
+constexpr int64_t kCopyChunk = 1 << 13;
+
+template <typename Src, typename Dst>
+__global__ void __launch_bounds__(kThreads) copy_kernel(Batch<2> batch) {
+  using Math = at::opmath_type<Dst>;
+  const int t = batch.tensor_of_block[blockIdx.x];
+  const int64_t begin = static_cast<int64_t>(batch.chunk_of_block[blockIdx.x]) * kCopyChunk;
+  const int64_t end = begin + kCopyChunk < batch.numel[t] ? begin + kCopyChunk : batch.numel[t];
+  const auto* source = static_cast<const Src*>(batch.data[0][t]);
+  auto* target = static_cast<Dst*>(batch.data[1][t]);
+  const bool aligned = reinterpret_cast<uintptr_t>(source) % sizeof(Pack<Src>) == 0 &&
+                       reinterpret_cast<uintptr_t>(target) % sizeof(Pack<Dst>) == 0;
+  for (int64_t k = begin + threadIdx.x * kIlp; k < end; k += kThreads * kIlp) {
+    if (aligned && k + kIlp <= end) {
+      const Pack<Src> in = *reinterpret_cast<const Pack<Src>*>(source + k);
+      Pack<Dst> out;
+#pragma unroll
+      for (int j = 0; j < kIlp; ++j) out.v[j] = static_cast<Dst>(static_cast<Math>(in.v[j]));
+      *reinterpret_cast<Pack<Dst>*>(target + k) = out;
+    } else {
+      for (int64_t j = k; j < k + kIlp && j < end; ++j) {
+        target[j] = static_cast<Dst>(static_cast<Math>(source[j]));
+      }
+    }
+  }
 }
 
 // Runs `op` over every element of the tuples (lists[0][i], ..., lists[Depth-1][i]).
@@ -469,6 +500,25 @@ struct LambApply {
 };
 
 }  // namespace
+
+void copy_(const std::vector<at::Tensor>& targets, const std::vector<at::Tensor>& sources) {
+  const c10::cuda::CUDAGuard guard(targets.front().device());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, sources.front().scalar_type(),
+                                  "copy_", [&] {
+    using Src = scalar_t;
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, targets.front().scalar_type(),
+                                    "copy_", [&] {
+      for_each_batch<2>(
+          {&sources, &targets},
+          [&](const Batch<2>& batch, int blocks, int64_t) {
+            copy_kernel<Src, scalar_t><<<blocks, kThreads, 0, stream>>>(batch);
+            C10_CUDA_KERNEL_LAUNCH_CHECK();
+          },
+          kCopyChunk);
+    });
+  });
+}
 
 void add_scaled_(const std::vector<at::Tensor>& targets, const std::vector<at::Tensor>& sources,
                  const at::Tensor& factors, double alpha) {

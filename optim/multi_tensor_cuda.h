@@ -10,6 +10,10 @@
 
 namespace dtrain::optim::cuda {
 
+// targets[i] = sources[i], cast to the targets' dtype (float, half or bfloat16 each; one dtype
+// per list).
+void copy_(const std::vector<at::Tensor>& targets, const std::vector<at::Tensor>& sources);
+
 void add_scaled_(const std::vector<at::Tensor>& targets,
                  const std::vector<at::Tensor>& sources, const at::Tensor& factors,
                  double alpha);

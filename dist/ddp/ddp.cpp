@@ -4,6 +4,7 @@
 #include "common/shared_kernels.h"
 #include "dist/compression/codec_file.h"
 #include "dist/optimizer_state.h"
+#include "optim/multi_tensor.h"
 
 #include <numeric>
 
@@ -87,7 +88,7 @@ std::unique_ptr<Work> DdpStrategy::launch(Bucket& bucket) {
 
 void DdpStrategy::finish(Bucket& bucket) {
   const torch::Tensor& narrow = narrow_copy(bucket);
-  if (narrow.defined()) bucket.flat.copy_(narrow);
+  if (narrow.defined()) optim::copy_({bucket.flat}, {narrow});
 }
 
 int64_t DdpStrategy::payload_bytes(const Bucket& bucket) const {

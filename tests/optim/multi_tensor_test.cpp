@@ -1,9 +1,10 @@
-// add_scaled_, lars_update_, lamb_directions and squared_norms against per-tensor float64
-// arithmetic, over tensor lists that cross every boundary of the CUDA kernels' launches: more
-// tensors than one launch takes, a tensor of more chunks than one launch covers, empty tensors,
-// channels-last tensors (a 1x1 one whose strides differ on its size-1 dimensions, which the
-// kernels take), and a tuple whose layouts differ (which must fall back to ATen). Under
-// DTRAIN_TEST_DEVICE=cuda the kernels run; on the CPU the ATen path does.
+// copy_ against ATen's copies, and add_scaled_, lars_update_, lamb_directions and
+// squared_norms against per-tensor float64 arithmetic, over tensor lists that cross every
+// boundary of the CUDA kernels' launches: more tensors than one launch takes, a tensor of more
+// chunks than one launch covers, empty tensors, channels-last tensors (a 1x1 one whose strides
+// differ on its size-1 dimensions, which the kernels take), and a tuple whose layouts differ
+// (which must fall back to ATen). Under DTRAIN_TEST_DEVICE=cuda the kernels run; on the CPU the
+// ATen path does.
 #include "golden.h"
 #include "optim/multi_tensor.h"
 
@@ -76,6 +77,22 @@ double tolerance_of(torch::ScalarType dtype) {
 }
 
 }  // namespace
+
+TEST_CASE("copy_ casts each source into its target as ATen's copy does", "[optim][multi_tensor]") {
+  const auto source_dtype = GENERATE(torch::kFloat32, torch::kBFloat16);
+  const auto target_dtype = GENERATE(torch::kFloat32, torch::kBFloat16);
+  const bool mixed_layouts = GENERATE(false, true);
+  CAPTURE(source_dtype, target_dtype, mixed_layouts);
+  Lists lists = make_lists(source_dtype);
+  std::vector<torch::Tensor> targets;
+  for (const auto& t : lists.a) targets.push_back(t.to(target_dtype));  // strides kept
+  if (mixed_layouts) targets.end()[-2] = targets.end()[-2].contiguous();  // the kernel declines
+  dtrain::optim::copy_(targets, lists.b);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    INFO("tensor " << i);
+    CHECK(torch::equal(targets[i].cpu(), lists.b[i].to(target_dtype).cpu()));
+  }
+}
 
 TEST_CASE("add_scaled_ adds alpha * factor_i * source_i to each target",
           "[optim][multi_tensor]") {
