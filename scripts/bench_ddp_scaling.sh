@@ -7,6 +7,8 @@
 # At 1 GPU both sides train without DDP (dtrain: dist.strategy = single).
 #   usage: scripts/bench_ddp_scaling.sh BUILD_DIR OUT_DIR ["1 2 4"] [resnet50|resnet18_cifar]
 # Prints a markdown table; efficiency = img/s at N GPUs / (N x that side's own img/s at 1 GPU).
+# DEFAULT_ONLY=1 runs dtrain's defaults and PyTorch alone (issue 15's targets), the other
+# columns "-": a round at 4 GPUs takes 2 runs rather than 6.
 # Every run's log and metrics stay in OUT_DIR.
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -15,6 +17,7 @@ out=$(cd "$2" && pwd)
 read -ra counts <<<"${3:-1 2 4}"
 [[ " ${counts[*]} " == *" 1 "* ]] || counts=(1 "${counts[@]}")  # efficiency needs 1 GPU
 model=${4:-resnet50}
+default_only=${DEFAULT_ONLY:-0}
 cd "$(dirname "$0")/.."
 . scripts/ddp_bench_lib.sh  # launch, dtrain_run, torch_run, ratio
 
@@ -36,21 +39,26 @@ for n in "${counts[@]}"; do
     default=$(dtrain_run 1 np1_single --set dist.strategy=single) || default="- - - -"
     graph_off=$default
     fp32_grads=$default
-    on=$(dtrain_run 1 np1_single_eager --set dist.strategy=single \
+    on="- - - -"
+    [ "$default_only" = 1 ] || on=$(dtrain_run 1 np1_single_eager --set dist.strategy=single \
       --set train.cuda_graph=off) || on="- - - -"
     off=$on
   else
     default=$(dtrain_run "$n" "np${n}_ddp" --set dist.strategy=ddp) || default="- - - -"
-    graph_off=$(dtrain_run "$n" "np${n}_graph_overlap_off" --set dist.strategy=ddp \
-      --set dist.ddp.overlap=false) || graph_off="- - - -"
-    fp32_grads=$(dtrain_run "$n" "np${n}_graph_fp32_grads" --set dist.strategy=ddp \
-      --set dist.ddp.reduce_dtype=param) || fp32_grads="- - - -"
-    on=$(dtrain_run "$n" "np${n}_eager_overlap_on" --set dist.strategy=ddp \
-      --set train.cuda_graph=off --set dist.ddp.overlap=true) || on="- - - -"
-    off=$(dtrain_run "$n" "np${n}_eager_overlap_off" --set dist.strategy=ddp \
-      --set train.cuda_graph=off --set dist.ddp.overlap=false) || off="- - - -"
+    graph_off="- - - -" fp32_grads="- - - -" on="- - - -" off="- - - -"
+    if [ "$default_only" != 1 ]; then
+      graph_off=$(dtrain_run "$n" "np${n}_graph_overlap_off" --set dist.strategy=ddp \
+        --set dist.ddp.overlap=false) || graph_off="- - - -"
+      fp32_grads=$(dtrain_run "$n" "np${n}_graph_fp32_grads" --set dist.strategy=ddp \
+        --set dist.ddp.reduce_dtype=param) || fp32_grads="- - - -"
+      on=$(dtrain_run "$n" "np${n}_eager_overlap_on" --set dist.strategy=ddp \
+        --set train.cuda_graph=off --set dist.ddp.overlap=true) || on="- - - -"
+      off=$(dtrain_run "$n" "np${n}_eager_overlap_off" --set dist.strategy=ddp \
+        --set train.cuda_graph=off --set dist.ddp.overlap=false) || off="- - - -"
+    fi
     for run in default graph_off fp32_grads on off; do
       read -r _ exposed_ms comm_ms busbw <<<"${!run}"
+      [ "$run" = default ] || [ "$default_only" != 1 ] || continue
       details+=("$n GPUs, $run: comm $comm_ms ms/step at $busbw GB/s busbw, $exposed_ms ms exposed")
     done
   fi

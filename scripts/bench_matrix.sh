@@ -31,6 +31,8 @@
 #   SUMMARY_ONLY=1  run nothing, only print the table from OUT_DIR's part files (BUILD_DIR
 #                is not read)
 #   FASHION_MNIST, EPOCHS, TARGET  passed on to bench_time_to_accuracy.sh
+#   DEFAULT_ONLY=1  passed on to bench_ddp_scaling.sh: dtrain's defaults and PyTorch alone,
+#                the runs the targets read (the other columns then give no figures)
 # NCCL_NVLS_ENABLE=0 comes from scripts/gpu_env.sh.
 set -euo pipefail
 [ $# -eq 2 ] || { sed -n 's/^#   usage: //p' "$0" >&2; exit 2; }
