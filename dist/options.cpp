@@ -69,9 +69,11 @@ void PsOptions::declare(OptionSpecs& keys) {
   keys.add("staleness", &staleness, "ssp: steps a worker may run ahead of the slowest")
       .range(0, 1000000);
   keys.add("ssp_reads", &ssp_reads,
-           "ssp over collectives: newest, the newest version that has arrived (at least clock - "
-           "staleness); exact, always clock - staleness (reproducible, always that stale)")
-      .one_of({"newest", "exact"});
+           "ssp: newest, the newest version that has arrived (at least clock - staleness); "
+           "exact (collectives), always clock - staleness (reproducible, always that stale); "
+           "partial (messages, optim.name = \"sgd\"), also a round in progress once all "
+           "workers but one have pushed it")
+      .one_of({"newest", "exact", "partial"});
   keys.add("predict_weights", &predict_weights,
            "ssp over collectives: a read s steps stale takes w + s (w - w_previous), its "
            "version's last step repeated s times (SpecTrain's weight prediction)");
@@ -91,7 +93,8 @@ void PsOptions::declare(OptionSpecs& keys) {
 
 bool PsOptions::use_collectives(bool on_gpus) const {
   // The collective transport sums on the links already: a hierarchy is the messages'.
-  const bool serve = placement == "colocated" && consistency != "async" && !hierarchical;
+  const bool serve = placement == "colocated" && consistency != "async" && !hierarchical &&
+                     !partial_reads();
   return transport == "collectives" || (transport == "auto" && on_gpus && serve);
 }
 
@@ -220,6 +223,16 @@ FieldErrors DistOptions::validate(const DistContext& context) const {
                         "\"collectives\" serves placement \"colocated\" with consistency "
                         "\"bsp\" or \"ssp\" only (a collective joins every worker); use "
                         "\"messages\" or \"auto\""});
+    }
+    if (ps.partial_reads() && (ps.transport == "collectives" || ps.hierarchical)) {
+      // Over collectives a push is a reduce, which completes only once every worker has
+      // joined it: no server sees the on-time pushes first.
+      errors.push_back({"ps.ssp_reads",
+                        fmt::format("\"partial\" needs the messages transport without a "
+                                    "hierarchy (a server must see each worker's push as it "
+                                    "arrives); this run has transport \"{}\"{}",
+                                    ps.transport, ps.hierarchical ? " and hierarchical = true"
+                                                                  : "")});
     }
     if (ps.hierarchical && ps.transport == "collectives") {
       errors.push_back({"ps.hierarchical",

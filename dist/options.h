@@ -83,10 +83,12 @@ struct PsOptions {
   // each worker's push on arrival, each at lr / workers.
   std::string consistency = "bsp";
   int64_t staleness = 2;
-  // ssp over collectives: "newest", a worker reads the newest version that has arrived, never
-  // one older than its clock - staleness (as the messages transport does); "exact", always
-  // clock - staleness, the same version on every run and every rank (reproducible, but every
-  // read is `staleness` steps old even when nobody is slow).
+  // ssp: "newest", a worker reads the newest version that has arrived, never one older than
+  // its clock - staleness; "exact" (collectives), always clock - staleness, the same version
+  // on every run and every rank (reproducible, but every read is `staleness` steps old even
+  // when nobody is slow); "partial" (messages, SGD), also the round in progress once every
+  // worker but one has pushed it: the servers send it stepped with the pushes in, so only a
+  // straggler's share is missing from a read, not a whole round (dist/ps/server.h).
   std::string ssp_reads = "newest";
   // ssp over collectives: a forward s steps stale reads w_v + s (w_v - w_{v-1}), version v's
   // last step taken s more times (weight prediction, SpecTrain: Chen et al. 2018), the
@@ -107,6 +109,8 @@ struct PsOptions {
   // needs mpirun --enable-recovery, without which mpirun ends the job at any rank's death.
   bool tolerate_worker_loss = false;
 
+  // ssp with ssp_reads = "partial": the servers send rounds in progress.
+  bool partial_reads() const { return consistency == "ssp" && ssp_reads == "partial"; }
   void declare(OptionSpecs& keys);
   FieldErrors validate() const;
   // Whether the collective transport carries this run (`on_gpus`: the workers' device).

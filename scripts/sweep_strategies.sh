@@ -6,7 +6,7 @@
 #                                  server variant is ps[:OPTION+OPTION...], OPTION one of bsp,
 #                                  sspK (staleness K), async, dedicatedS (S server ranks beside
 #                                  the workers), messages or collectives (the transport),
-#                                  newest or exact (dist.ps.ssp_reads), predict
+#                                  newest, exact or partial (dist.ps.ssp_reads), predict
 #                                  (dist.ps.predict_weights):
 #                                  "ps ps:ssp2 ps:async ps:bsp+dedicated1 ps:bsp+messages";
 #                                  a ZeRO stage is zero:stageN ("zero:stage2"); DDP's
@@ -57,7 +57,7 @@ strategy_sets() {
     case $option in
       bsp | async) variant+=(--set dist.ps.consistency="$option") ;;
       messages | collectives) variant+=(--set dist.ps.transport="$option") ;;
-      newest | exact) variant+=(--set dist.ps.ssp_reads="$option") ;;
+      newest | exact | partial) variant+=(--set dist.ps.ssp_reads="$option") ;;
       predict) variant+=(--set dist.ps.predict_weights=true) ;;
       ssp[0-9]*) variant+=(--set dist.ps.consistency=ssp --set dist.ps.staleness="${option#ssp}") ;;
       stage[0-9]*) variant+=(--set dist.zero.stage="${option#stage}") ;;

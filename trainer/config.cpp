@@ -244,6 +244,15 @@ void validate_sections(const Config& config, const toml::table& root,
       problems.add("train.cuda_graph", source_of(root, "train.cuda_graph"), problem);
     }
   }
+  if (config.dist.strategy == dist::StrategyKind::kPs && config.dist.ps.partial_reads() &&
+      config.optim.name != "sgd") {
+    // A round in progress is sent as SGD's step would leave it (dist/ps/shard.h); the others
+    // keep state a preview would have to copy, or need every server at once (LARS's norms).
+    problems.add("dist.ps.ssp_reads", source_of(root, "dist.ps.ssp_reads"),
+                 fmt::format("\"partial\" previews a round with SGD's update; optim.name = "
+                             "\"{}\": use \"sgd\", or ssp_reads = \"newest\"",
+                             config.optim.name));
+  }
   if (config.model.name == "simple_cnn" && config.model.zero_init_residual) {
     warnings.add("model.zero_init_residual", source_of(root, "model.zero_init_residual"),
                  "has no effect on simple_cnn (it has no residual blocks)");

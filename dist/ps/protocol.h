@@ -5,8 +5,8 @@
 //   worker -> server  push_tag(c)    chunk c's gradient, [numel]; with dist.compression an
 //                                    encoded push instead (PushHeader below, then its payload)
 //   worker -> server  kControlTag    a Control, float64 [3]
-//   server -> worker  params_tag(c)  chunk c's parameters after `version` updates,
-//                                    [header + numel] (write_version below)
+//   server -> worker  params_tag(c)  chunk c's parameters after `version` updates, or
+//                                    a round in progress, [header + numel] (write_version)
 //   both ways         kStateTag      bytes: optimizer state for checkpoints and resumes
 //   worker -> server 0  kMembershipTag  float64 [n]: a roll call, carrying this worker's
 //                                       part of a sum over the workers (dist/ps/live_workers.h)
@@ -77,17 +77,24 @@ constexpr int64_t kPushHeaderBytes = 16;
 static_assert(sizeof(PushHeader) == kPushHeaderBytes);
 
 // A parameter message starts with the chunk's version (updates applied to it), an int64 in
-// the first 8 bytes of the tensor, whatever its floating dtype.
+// the first 8 bytes of the tensor, whatever its floating dtype. A partial round (ssp_reads =
+// "partial": version v, and round v stepped with the pushes in so far) is written as -v - 1.
 inline int64_t header_numel(torch::ScalarType dtype) {
   return 8 / static_cast<int64_t>(c10::elementSize(dtype));
 }
-inline void write_version(torch::Tensor& message, int64_t version) {
-  std::memcpy(message.data_ptr(), &version, sizeof(version));
+inline void write_version(torch::Tensor& message, int64_t version, bool partial = false) {
+  const int64_t header = partial ? -version - 1 : version;
+  std::memcpy(message.data_ptr(), &header, sizeof(header));
+}
+inline int64_t read_header(const torch::Tensor& message) {
+  int64_t header = 0;
+  std::memcpy(&header, message.data_ptr(), sizeof(header));
+  return header;
 }
 inline int64_t read_version(const torch::Tensor& message) {
-  int64_t version = 0;
-  std::memcpy(&version, message.data_ptr(), sizeof(version));
-  return version;
+  const int64_t header = read_header(message);
+  return header < 0 ? -header - 1 : header;
 }
+inline bool is_partial(const torch::Tensor& message) { return read_header(message) < 0; }
 
 }  // namespace dtrain::dist::ps

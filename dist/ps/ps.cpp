@@ -158,6 +158,7 @@ PsStrategy::PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, d
     setup.timeout_s = timeout_s_;
     setup.tolerate_worker_loss = options_.tolerate_worker_loss;
     setup.encoded_pushes = compression_.enabled();
+    setup.partial_rounds = options_.partial_reads();
     for (int s = 0; s < num_servers_; ++s) setup.server_ranks.push_back(server_rank(s));
     server_setup_ = std::move(setup);
   }
@@ -227,6 +228,7 @@ void PsStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_o
   receiving_.resize(chunks);
   expected_.assign(chunks, 0);
   read_version_.assign(chunks, 0);
+  partial_.assign(chunks, false);
   if (compression_.enabled()) {
     encoder_ = std::make_unique<ps::PushEncoder>(compression_, numels);
     pushed_bytes_.assign(plan_.layout.size(), 0);
@@ -458,6 +460,7 @@ void PsStrategy::apply_params(int64_t chunk) {
     }
     ++received_[chunk];
     version_[chunk] = version;
+    partial_[chunk] = ps::is_partial(message.data);
     {
       torch::NoGradGuard no_grad;
       param_flat_[where.bucket].narrow(0, where.offset, where.numel)
@@ -524,6 +527,9 @@ void PsStrategy::before_forward(int64_t step) {
     staleness_ = clock_ - oldest;
   }
   read_version_ = version_;
+  partial_reads_ = std::max(partial_reads_, static_cast<double>(std::count(
+                                                partial_.begin(), partial_.end(), true)) /
+                                                static_cast<double>(partial_.size()));
 }
 
 void PsStrategy::before_backward(bool last_micro_step) {
@@ -558,6 +564,8 @@ void PsStrategy::step(double lr) {
   wait_ms_ = 0.0;
   last_staleness_ = staleness_;
   max_staleness_ = std::max(max_staleness_, staleness_);
+  last_partial_reads_ = partial_reads_;
+  partial_reads_ = 0.0;
   if (consistency_ == Consistency::kAsync) staleness_ = 0;
 }
 
@@ -650,6 +658,7 @@ Stats PsStrategy::stats() const {
   if (options_.tolerate_worker_loss) {
     stats.push_back({"ps/workers", static_cast<double>(live_workers_.size())});
   }
+  if (options_.partial_reads()) stats.push_back({"ps/partial_reads", last_partial_reads_});
   if (!last_.empty()) {
     for (Stat& stat : last_.stats()) stats.push_back(std::move(stat));
   }

@@ -113,6 +113,9 @@ class PsStrategy : public Strategy, private CommHook {
   // Steps between the parameters the last forward read and the step it computed (bsp: 0;
   // ssp(k): at most k; async: other workers' pushes applied between a read and the push).
   int64_t last_staleness() const { return last_staleness_; }
+  // ssp_reads = "partial": the share of the chunks the last step's forward read from a round
+  // in progress (the rest are whole versions).
+  double last_partial_reads() const { return last_partial_reads_; }
   // Ranks that push and pull: every worker, or one leader per node with a hierarchy.
   int num_leaders() const;
   // The pushes' codec (none without dist.compression, and on server ranks).
@@ -221,6 +224,7 @@ class PsStrategy : public Strategy, private CommHook {
   std::vector<Receiving> receiving_;
   std::vector<int64_t> expected_;  // per chunk, async: answers due (pushes and pulls)
   std::vector<int64_t> read_version_;  // per chunk: what the last forward read
+  std::vector<bool> partial_;  // per chunk: its last message was a round in progress
   std::vector<std::unique_ptr<Work>> control_sends_;
   std::vector<torch::Tensor> control_messages_;
   int64_t clock_ = 0;  // steps taken since attach
@@ -244,6 +248,7 @@ class PsStrategy : public Strategy, private CommHook {
   StepComm current_, last_;
   double wait_ms_ = 0.0, last_wait_ms_ = 0.0;
   int64_t staleness_ = 0, last_staleness_ = 0, max_staleness_ = 0;
+  double partial_reads_ = 0.0, last_partial_reads_ = 0.0;
 };
 
 }  // namespace dtrain::dist

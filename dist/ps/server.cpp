@@ -192,6 +192,7 @@ void PsServer::poll() {
       if (!all) break;
       apply_round();
     }
+    if (s_.partial_rounds && !partial_sent_) send_partial_round();
   }
   sending_.erase(std::remove_if(sending_.begin(), sending_.end(),
                                 [](Outgoing& out) { return out.work->test(); }),
@@ -219,9 +220,32 @@ void PsServer::apply_round() {
   const double lr = step_lr_[0].front();
   for (auto& queue : step_lr_) queue.pop_front();
   shard_.step(lr);
+  partial_sent_ = false;
   std::vector<size_t> all(workers);
   for (size_t w = 0; w < workers; ++w) all[w] = w;
   send_chunks(all);
+}
+
+void PsServer::send_partial_round() {
+  const size_t workers = s_.worker_ranks.size();
+  std::vector<size_t> pushed;
+  for (size_t w = 0; w < workers; ++w) {
+    if (push_complete(w)) pushed.push_back(w);
+  }
+  if (workers < 2 || pushed.size() + 1 != workers) return;
+  // The pushes stay queued for the round; grads() is scratch until apply_round() fills it.
+  const std::vector<int64_t>& held = shard_.chunk_ids();
+  for (size_t local = 0; local < held.size(); ++local) {
+    torch::Tensor sum = shard_.chunk_grads(held[local]);
+    sum.copy_(pushed_[pushed.front()][local].front());
+    for (size_t i = 1; i < pushed.size(); ++i) sum.add_(pushed_[pushed[i]][local].front());
+  }
+  shard_.grads().div_(static_cast<double>(s_.num_workers));
+  const torch::Tensor preview = shard_.preview(step_lr_[pushed.front()].front());
+  partial_sent_ = true;
+  std::vector<size_t> all(workers);
+  for (size_t w = 0; w < workers; ++w) all[w] = w;
+  send_chunks(all, preview, /*partial=*/true);
 }
 
 void PsServer::apply_push(size_t worker) {
@@ -239,13 +263,15 @@ void PsServer::apply_push(size_t worker) {
   send_chunks({worker});
 }
 
-void PsServer::send_chunks(const std::vector<size_t>& workers) {
+void PsServer::send_chunks(const std::vector<size_t>& workers, const torch::Tensor& values,
+                           bool partial) {
   const int64_t header = ps::header_numel(shard_.params().scalar_type());
+  const torch::Tensor& from = values.defined() ? values : shard_.params();
   for (const int64_t chunk : shard_.chunk_ids()) {
     const int64_t numel = s_.plan->chunks[chunk].numel;
     torch::Tensor message = torch::empty({header + numel}, shard_.params().options());
-    ps::write_version(message, shard_.version());
-    message.narrow(0, header, numel).copy_(shard_.chunk_params(chunk));
+    ps::write_version(message, shard_.version(), partial);
+    message.narrow(0, header, numel).copy_(shard_.chunk_of(from, chunk));
     for (const size_t w : workers) {
       send(message, s_.worker_ranks[w], ps::params_tag(chunk));
     }

@@ -5,6 +5,13 @@
 //             step message, their average is applied in one optimizer step at that step's
 //             lr, and the chunks go to every worker. The rounds are those of BSP whatever
 //             the staleness: SSP differs only in what the workers wait for (dist/ps/ps.h).
+//             With ssp_reads = "partial", once all workers but one have pushed the round in
+//             progress, the chunks go out a first time as that step would leave them with
+//             those pushes alone (the missing one counted as zero, the momentum term whole),
+//             marked partial; the round itself is applied as before when the last push
+//             arrives. A worker at step t + 1 then reads round t without only the straggler's
+//             share, where it would otherwise read round t - 1: one late share in four costs
+//             about 1.07x BSP's steps to a loss, a whole round's delay 2.3x (PERFORMANCE.md).
 //   async     each worker's complete push (all of its chunks here, and its step message) is
 //             one optimizer step at lr / workers, answered to that worker alone.
 // Pushes are summed in worker order, so a round is reproducible bit for bit. Under a hierarchy
@@ -61,6 +68,9 @@ struct PsServerSetup {
   // dist.compression: every push is an encoded message (dist/ps/protocol.h), decoded on
   // arrival into the dense gradient a push otherwise is.
   bool encoded_pushes = false;
+  // ssp_reads = "partial" (ssp, SGD): rounds in progress are sent once all workers but one
+  // have pushed them.
+  bool partial_rounds = false;
 };
 
 class PsServer {
@@ -120,8 +130,13 @@ class PsServer {
   void send(torch::Tensor message, int to, int tag);
   bool push_complete(size_t worker) const;
   void apply_round();
+  // With partial_rounds: the round in progress, once all workers but one have pushed it.
+  void send_partial_round();
   void apply_push(size_t worker);
-  void send_chunks(const std::vector<size_t>& workers);
+  // Every chunk held here to `workers`: `values` laid out as the shard's parameters (none:
+  // the parameters), `partial` for a round in progress.
+  void send_chunks(const std::vector<size_t>& workers, const torch::Tensor& values = {},
+                   bool partial = false);
   void send_state(size_t worker);
   void load_state(size_t worker);
   // Something has arrived that waits for more (a step's pushes from some workers only), or
@@ -147,6 +162,7 @@ class PsServer {
   std::vector<Outgoing> sending_;
   std::vector<bool> worker_done_;
   size_t next_async_ = 0;
+  bool partial_sent_ = false;  // the round in progress went out partial
   std::vector<std::chrono::steady_clock::time_point> heard_;  // [worker]: its last message
   std::vector<bool> lost_;               // [worker], with tolerate_worker_loss
   std::optional<LiveWorkers> roll_;      // server 0, with tolerate_worker_loss

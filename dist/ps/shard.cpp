@@ -52,10 +52,12 @@ PsShard::PsShard(const PsPlan& plan, int index, const std::vector<torch::Tensor>
 
 PsShard::~PsShard() = default;
 
-torch::Tensor PsShard::chunk_params(int64_t chunk) const {
+torch::Tensor PsShard::chunk_params(int64_t chunk) const { return chunk_of(params_, chunk); }
+
+torch::Tensor PsShard::chunk_of(const torch::Tensor& flat, int64_t chunk) const {
   DTRAIN_CHECK(local_offset_.at(chunk) >= 0, "ps server {}: chunk {} is held elsewhere", index_,
                chunk);
-  return params_.narrow(0, local_offset_[chunk], plan_.chunks[chunk].numel);
+  return flat.narrow(0, local_offset_[chunk], plan_.chunks[chunk].numel);
 }
 
 torch::Tensor PsShard::chunk_grads(int64_t chunk) const {
@@ -132,6 +134,34 @@ void PsShard::step(double lr) {
   optim::set_lr(*optimizer_, lr);
   optimizer_->step();
   ++version_;
+}
+
+torch::Tensor PsShard::preview(double lr) const {
+  torch::NoGradGuard no_grad;
+  DTRAIN_CHECK(dynamic_cast<const torch::optim::SGD*>(optimizer_.get()) != nullptr,
+               "ps server {}: a round in progress is previewed with SGD's update only", index_);
+  // torch::optim::SGD's arithmetic, written to a copy: d = g + wd p; with momentum m,
+  // b = m b + (1 - dampening) d (b = d at the first step), d = nesterov ? d + m b : b;
+  // p - lr d.
+  torch::Tensor preview = params_.clone();
+  for (const torch::optim::OptimizerParamGroup& group : optimizer_->param_groups()) {
+    const auto& options = static_cast<const torch::optim::SGDOptions&>(group.options());
+    for (const torch::Tensor& piece : group.params()) {
+      torch::Tensor d = piece.grad();
+      if (options.weight_decay() != 0) d = d.add(piece, options.weight_decay());
+      if (options.momentum() != 0) {
+        const auto* state =
+            static_cast<const torch::optim::SGDParamState*>(find_state(*optimizer_, piece));
+        const torch::Tensor buffer =
+            state ? state->momentum_buffer().mul(options.momentum()).add(d, 1 - options.dampening())
+                  : d;
+        d = options.nesterov() ? d.add(buffer, options.momentum()) : buffer;
+      }
+      const int64_t at = piece.storage_offset() - params_.storage_offset();
+      preview.narrow(0, at, piece.numel()).view(piece.sizes()).sub_(d, lr);
+    }
+  }
+  return preview;
 }
 
 ps::StateMessage PsShard::state() const {

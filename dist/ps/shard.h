@@ -47,6 +47,8 @@ class PsShard {
   // Chunk `chunk` (held here) within params() and grads().
   torch::Tensor chunk_params(int64_t chunk) const;
   torch::Tensor chunk_grads(int64_t chunk) const;
+  // Chunk `chunk` (held here) within `flat`, a tensor laid out as params().
+  torch::Tensor chunk_of(const torch::Tensor& flat, int64_t chunk) const;
 
   // The pieces the optimizer steps (views of params()), each in its tensor's rank class.
   const std::vector<torch::Tensor>& pieces() const { return pieces_; }
@@ -56,6 +58,10 @@ class PsShard {
 
   // One optimizer step at `lr` with the gradients in grads().
   void step(double lr);
+  // What step(lr) would make of params() (a new tensor, chunks back to back), which it leaves
+  // as they are, and the optimizer's state too: a round in progress, for ssp_reads =
+  // "partial". SGD only (DTRAIN_CHECK): its update needs nothing beyond the momentum buffers.
+  torch::Tensor preview(double lr) const;
   int64_t version() const { return version_; }
 
   // The pieces' values from the model's parameters (after a resume loaded them).

@@ -293,6 +293,25 @@ TEST_CASE("dist.ps.ssp_reads and predict_weights: ssp only", "[config]") {
             .empty());
 }
 
+TEST_CASE("dist.ps.ssp_reads = \"partial\": messages, no hierarchy, SGD", "[config]") {
+  const std::vector<std::string> partial = {"dist.strategy=ps", "dist.ps.consistency=ssp",
+                                            "dist.ps.ssp_reads=partial", "optim.name=sgd"};
+  CHECK(problems_of("", partial).empty());
+  const auto with = [&](const std::string& setting) {
+    std::vector<std::string> settings = partial;
+    settings.push_back(setting);
+    return problems_of("", settings);
+  };
+  std::vector<std::string> problems = with("dist.ps.transport=collectives");
+  REQUIRE(problems.size() == 1);
+  CHECK(contains(problems[0], "--set dist.ps.ssp_reads: \"partial\" needs the messages "
+                              "transport without a hierarchy"));
+  CHECK(with("dist.ps.hierarchical=true").size() == 1);
+  problems = with("optim.name=adamw");
+  REQUIRE(problems.size() == 1);
+  CHECK(contains(problems[0], "previews a round with SGD's update; optim.name = \"adamw\""));
+}
+
 TEST_CASE("autocast precisions are rejected on a CPU run", "[config]") {
   const std::vector<std::string> problems =
       problems_of("", {"run.device=cpu", "train.precision=bf16"});

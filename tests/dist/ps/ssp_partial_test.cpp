@@ -1,0 +1,218 @@
+// SSP with partial reads (dist.ps.ssp_reads = "partial", the messages transport): once all
+// workers but one have pushed a round, the servers send it stepped with those pushes alone.
+// Held here to: the shard's preview is SGD's step to 1e-12 and changes nothing; every read a
+// worker makes at step t is a whole version v in [t - k, t] or such a round v (round t too,
+// which a straggler reads before it pushes its own share), computed from the pushes with
+// torch's own SGD (1e-12); the rounds applied stay the average of every push; a slowed
+// worker makes the others read its rounds in progress; SSP(0) stays BSP bit for bit.
+#include "dist/ps/piece_state.h"
+#include "dist/ps/plan.h"
+#include "dist/ps/ps.h"
+#include "dist/ps/shard.h"
+
+#include "ps/ps_harness.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <limits>
+
+using dtrain::dist::PsOptions;
+using dtrain::dist::PsShard;
+using dtrain::dist::PsStrategy;
+using namespace equivalence;
+using namespace ps_harness;
+
+namespace {
+
+torch::Tensor flat(const std::vector<torch::Tensor>& tensors) {
+  std::vector<torch::Tensor> parts;
+  for (const torch::Tensor& tensor : tensors) parts.push_back(tensor.detach().reshape(-1));
+  return torch::cat(parts);
+}
+
+void unflatten(const torch::Tensor& values, std::vector<torch::Tensor>& into) {
+  torch::NoGradGuard no_grad;
+  int64_t at = 0;
+  for (torch::Tensor& tensor : into) {
+    tensor.copy_(values.narrow(0, at, tensor.numel()).view(tensor.sizes()));
+    at += tensor.numel();
+  }
+}
+
+std::vector<torch::Tensor> grads_of(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> grads;
+  for (const torch::Tensor& param : params) grads.push_back(param.grad());
+  return grads;
+}
+
+PsOptions partial_options(int64_t staleness) {
+  PsOptions ps = ps_options("colocated", 1, 1000, "ssp", staleness);  // one chunk
+  ps.ssp_reads = "partial";
+  ps.transport = "messages";
+  return ps;
+}
+
+}  // namespace
+
+TEST_CASE("ps shard: a preview is the step SGD would take, and changes nothing", "[dist][ps]") {
+  const bool nesterov = GENERATE(false, true);
+  const double momentum = GENERATE(0.0, 0.9);
+  if (nesterov && momentum == 0.0) return;
+  INFO("momentum " << momentum << (nesterov ? ", nesterov" : ""));
+  auto options = optimizer_options("sgd");
+  options.momentum = momentum;
+  options.nesterov = nesterov;
+  Net net = make_net();
+  const std::vector<torch::Tensor> params = net->parameters();
+  std::vector<int64_t> numels;
+  for (const torch::Tensor& param : params) numels.push_back(param.numel());
+  // Chunks of 50 elements split tensors; the biases take no decay (their own group).
+  const auto plan = dtrain::dist::make_ps_plan(numels, 1, 50, false);
+  const auto no_sum = [](torch::Tensor values) { return values; };
+  PsShard previewed(plan, 0, params, device(), factory(options), no_sum, false);
+  PsShard plain(plan, 0, params, device(), factory(options), no_sum, false);
+  auto gen = at::detail::createCPUGenerator(7);
+  for (int step = 0; step < 3; ++step) {  // the first step makes the momentum buffers
+    const torch::Tensor grads =
+        at::randn({previewed.numel()}, gen, torch::kFloat64).to(device());
+    previewed.grads().copy_(grads);
+    plain.grads().copy_(grads);
+    const torch::Tensor preview = previewed.preview(options.lr);
+    CHECK(previewed.version() == step);
+    previewed.step(options.lr);
+    plain.step(options.lr);
+    CHECK((preview - previewed.params()).abs().max().item<double>() < kTolerance);
+    CHECK(torch::equal(previewed.params(), plain.params()));
+  }
+  PsShard adam(plan, 0, params, device(), factory(optimizer_options("adamw")), no_sum, false);
+  CHECK_THROWS_WITH(adam.preview(0.1), Catch::Contains("SGD's update only"));
+}
+
+TEST_CASE("ps SSP with partial reads: each read is a version within k or a round in progress",
+          "[dist][ps]") {
+  const int64_t k = GENERATE(1, 2);
+  INFO("k = " << k);
+  const auto options = optimizer_options("sgd");
+  const int n = world()->size();
+  const int rank = world()->rank();
+  const Data data = make_data(n);
+  Net net = make_net();
+  PsStrategy strategy(partial_options(k), world(), 60.0);
+  strategy.attach(*net, factory(options));
+  std::vector<torch::Tensor> params = net->parameters();
+  std::vector<torch::Tensor> reads, pushes;
+  double partial_steps = 0.0;
+  for (int64_t step = 0; step < kSteps; ++step) {
+    strategy.before_forward(step);
+    reads.push_back(flat(params).clone());
+    strategy.before_backward(true);
+    torch::nn::functional::cross_entropy(net->forward(data.x[step].narrow(0, rank * kPerRank,
+                                                                          kPerRank)),
+                                         data.y[step].narrow(0, rank * kPerRank, kPerRank))
+        .backward();
+    strategy.after_backward(true);
+    pushes.push_back(flat(grads_of(params)).clone());
+    strategy.step(options.lr);
+    CHECK(strategy.last_staleness() <= k);
+    partial_steps += strategy.last_partial_reads() > 0.0 ? 1.0 : 0.0;
+    if (rank == 1) strategy.pause(0.1);  // the others run ahead, into its rounds in progress
+  }
+  strategy.finish();
+
+  // Every rank's reads and pushes, [rank][step][element].
+  const auto gather = [&](const std::vector<torch::Tensor>& mine) {
+    torch::Tensor local = torch::stack(mine).contiguous();
+    torch::Tensor all = torch::empty({n * local.numel()}, local.options());
+    world()->all_gather(local.reshape(-1), all)->wait();
+    return all.view({n, kSteps, -1});
+  };
+  const torch::Tensor read = gather(reads);
+  const torch::Tensor pushed = gather(pushes);
+  torch::Tensor seen = torch::tensor({partial_steps}, torch::kFloat64).to(device());
+  world()->all_reduce(seen, dtrain::dist::ReduceOp::kSum)->wait();
+  CHECK(seen.item<double>() >= 1.0);
+
+  // One process applies the rounds: the average of every push, whatever was read.
+  Net reference = make_net();
+  std::vector<torch::Tensor> ref_params = reference->parameters();
+  auto optimizer = dtrain::optim::make_optimizer(options, ref_params);
+  std::vector<torch::Tensor> versions;                  // flat, after v rounds
+  std::vector<std::vector<torch::Tensor>> buffers;      // momentum buffers after v rounds
+  for (int64_t step = 0; step <= kSteps; ++step) {
+    versions.push_back(flat(ref_params).clone());
+    std::vector<torch::Tensor> these;
+    for (const torch::Tensor& param : ref_params) {
+      const auto* state = static_cast<const torch::optim::SGDParamState*>(
+          dtrain::dist::find_state(*optimizer, param));
+      these.push_back(state ? state->momentum_buffer().clone() : torch::Tensor());
+    }
+    buffers.push_back(these);
+    if (step == kSteps) break;
+    for (size_t i = 0; i < ref_params.size(); ++i) ref_params[i].mutable_grad() = torch::Tensor();
+    std::vector<torch::Tensor> grads;
+    for (const torch::Tensor& param : ref_params) grads.push_back(torch::zeros_like(param));
+    unflatten(pushed.select(1, step).mean(0), grads);
+    for (size_t i = 0; i < ref_params.size(); ++i) ref_params[i].mutable_grad() = grads[i];
+    optimizer->step();
+  }
+  CHECK((flat(params) - versions.back()).abs().max().item<double>() < kTolerance);
+
+  // Round v stepped with every push but worker `missing`'s, by torch's SGD on a copy.
+  const auto partial_round = [&](int64_t v, int missing) {
+    Net copy = make_net();
+    std::vector<torch::Tensor> copy_params = copy->parameters();
+    unflatten(versions[static_cast<size_t>(v)], copy_params);
+    auto stepper = dtrain::optim::make_optimizer(options, copy_params);
+    for (size_t i = 0; i < copy_params.size(); ++i) {
+      const torch::Tensor& buffer = buffers[static_cast<size_t>(v)][i];
+      if (!buffer.defined()) continue;
+      auto state = std::make_unique<torch::optim::SGDParamState>();
+      state->momentum_buffer(buffer.clone());
+      dtrain::dist::put_state(*stepper, copy_params[i], std::move(state));
+    }
+    torch::Tensor sum = torch::zeros_like(versions.front());
+    for (int r = 0; r < n; ++r) {
+      if (r != missing) sum += pushed[r][v];
+    }
+    std::vector<torch::Tensor> grads;
+    for (const torch::Tensor& param : copy_params) grads.push_back(torch::zeros_like(param));
+    unflatten(sum / static_cast<double>(n), grads);
+    for (size_t i = 0; i < copy_params.size(); ++i) copy_params[i].mutable_grad() = grads[i];
+    stepper->step();
+    return flat(copy_params);
+  };
+  for (int r = 0; r < n; ++r) {
+    for (int64_t t = 0; t < kSteps; ++t) {
+      double closest = std::numeric_limits<double>::infinity();
+      for (int64_t v = std::max<int64_t>(0, t - k); v <= t; ++v) {
+        closest = std::min(
+            closest, (read[r][t] - versions[static_cast<size_t>(v)]).abs().max().item<double>());
+        // Round t too: a straggler reads the others' pushes of its own step before it pushes.
+        for (int missing = 0; missing < n && v < kSteps; ++missing) {
+          closest = std::min(closest,
+                             (read[r][t] - partial_round(v, missing)).abs().max().item<double>());
+        }
+      }
+      INFO("worker " << r << ", step " << t);
+      CHECK(closest < kTolerance);
+    }
+  }
+  world()->barrier();
+}
+
+TEST_CASE("ps SSP(0) with partial reads is BSP, bit for bit", "[dist][ps]") {
+  const auto options = optimizer_options("sgd");
+  const Data data = make_data(world()->size());
+  Net bsp = make_net();
+  {
+    PsStrategy strategy(ps_options("colocated", 1, 1000, "bsp"), world(), 60.0);
+    strategy.attach(*bsp, factory(options));
+    run(bsp, strategy, data, 0, kSteps, options.lr);
+  }
+  Net ssp = make_net();
+  PsStrategy strategy(partial_options(0), world(), 60.0);
+  strategy.attach(*ssp, factory(options));
+  run(ssp, strategy, data, 0, kSteps, options.lr);
+  CHECK(max_difference(*bsp, *ssp) == 0.0);
+}
