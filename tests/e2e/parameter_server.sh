@@ -7,8 +7,10 @@
 #     once the run is 2 steps in;
 #   - the hierarchy (dist.ps.hierarchical) on 2 "nodes" of 2 ranks: each node's leader alone
 #     talks to the servers; the run finishes and says so in its plan line;
+#   - partial reads (dist.ps.ssp_reads = "partial") with a straggler: some steps read rounds
+#     in progress, within the bound;
 #   - bad input: servers that leave no worker, a misspelt placement, collectives under async,
-#     a hierarchy over collectives or under async;
+#     a hierarchy over collectives or under async, partial reads with AdamW;
 #   - a stalled worker: the dedicated server names it within dist.timeout_s.
 # The accuracy of SSP(2) and async against BSP is ps_accuracy.sh's, a CTest entry of its own.
 #   usage: parameter_server.sh TRAINER SOURCE_DIR
@@ -73,6 +75,17 @@ python3 -c "import sys; sys.exit(not (0 <= float('$stale') <= 2))" ||
   fail "SSP(2) with the hierarchy read parameters $stale steps old"
 echo "ok: a hierarchy of 2 nodes of 2 workers trains, staleness at most $stale"
 
+# Partial reads (dist.ps.ssp_reads = "partial"): worker 1 three times slower under SSP(2),
+# so worker 0 reads rounds that lack only worker 1's push.
+train 2 partial --set dist.ps.ssp_reads=partial --set train.max_steps=30 --set run.log_every=5 \
+  --set data.batch_size=16 --set "debug.slow_ranks=[1]" --set debug.slow_factor=3 ||
+  { tail "$work/partial.log"; fail "the partial-reads run failed"; }
+partial=$(metric_max partial ps/partial_reads)
+stale=$(metric_max partial ps/staleness_max)
+python3 -c "import sys; sys.exit(not (float('$partial') > 0 and 0 <= float('$stale') <= 2))" ||
+  fail "partial reads: ps/partial_reads at most $partial, staleness $stale"
+echo "ok: partial reads under SSP(2) with a straggler: a step read $partial of its chunks partial"
+
 # Bad input: one line naming the problem, exit 2.
 train 2 no_workers --set dist.ps.placement=dedicated --set dist.ps.servers=2
 [ $? -eq 2 ] && grep -q "leave no worker" "$work/no_workers.log" ||
@@ -89,6 +102,10 @@ for bad in "transport=collectives" "consistency=async"; do
   [ $code -eq 2 ] && [ "$(grep 'dist.ps.hierarchical: true with' "$log" | sort -u | wc -l)" = 1 ] ||
     { cat "$log"; fail "a hierarchy with $bad"; }
 done
+train 2 partial_adamw --set dist.ps.ssp_reads=partial --set optim.name=adamw \
+  --set optim.nesterov=false
+[ $? -eq 2 ] && grep -q 'dist.ps.ssp_reads: "partial" previews a round with SGD' \
+  "$work/partial_adamw.log" || { cat "$work/partial_adamw.log"; fail "partial reads, AdamW"; }
 echo "ok: bad input ends in one line, exit 2"
 
 # A worker that stalls (rank 1, 2000x slower) under BSP: the dedicated server names it within
