@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 #include <thread>
 
 namespace dtrain::dist {
@@ -199,53 +200,50 @@ void PsServer::poll() {
                  sending_.end());
 }
 
-void PsServer::apply_round() {
-  const size_t workers = s_.worker_ranks.size();
+void PsServer::average_pushes(const std::vector<size_t>& workers) {
   // Summed in worker order: the same bits whatever the arrival order.
   const std::vector<int64_t>& held = shard_.chunk_ids();
   for (size_t local = 0; local < held.size(); ++local) {
     torch::Tensor sum = shard_.chunk_grads(held[local]);
-    for (size_t w = 0; w < workers; ++w) {
-      torch::Tensor push = std::move(pushed_[w][local].front());
-      pushed_[w][local].pop_front();
-      if (w == 0) {
-        sum.copy_(push);
-      } else {
-        sum.add_(push);
-      }
-      free_buffers_[local].push_back(std::move(push));
-    }
+    sum.copy_(pushed_[workers.front()][local].front());
+    for (size_t i = 1; i < workers.size(); ++i) sum.add_(pushed_[workers[i]][local].front());
   }
   shard_.grads().div_(static_cast<double>(s_.num_workers));
+}
+
+std::vector<size_t> PsServer::all_workers() const {
+  std::vector<size_t> all(s_.worker_ranks.size());
+  std::iota(all.begin(), all.end(), size_t{0});
+  return all;
+}
+
+void PsServer::apply_round() {
+  const std::vector<size_t> all = all_workers();
+  average_pushes(all);
+  for (auto& queues : pushed_) {
+    for (size_t local = 0; local < queues.size(); ++local) {
+      free_buffers_[local].push_back(std::move(queues[local].front()));
+      queues[local].pop_front();
+    }
+  }
   const double lr = step_lr_[0].front();
   for (auto& queue : step_lr_) queue.pop_front();
   shard_.step(lr);
   partial_sent_ = false;
-  std::vector<size_t> all(workers);
-  for (size_t w = 0; w < workers; ++w) all[w] = w;
   send_chunks(all);
 }
 
 void PsServer::send_partial_round() {
-  const size_t workers = s_.worker_ranks.size();
   std::vector<size_t> pushed;
-  for (size_t w = 0; w < workers; ++w) {
+  for (const size_t w : all_workers()) {
     if (push_complete(w)) pushed.push_back(w);
   }
+  const size_t workers = s_.worker_ranks.size();
   if (workers < 2 || pushed.size() + 1 != workers) return;
-  // The pushes stay queued for the round; grads() is scratch until apply_round() fills it.
-  const std::vector<int64_t>& held = shard_.chunk_ids();
-  for (size_t local = 0; local < held.size(); ++local) {
-    torch::Tensor sum = shard_.chunk_grads(held[local]);
-    sum.copy_(pushed_[pushed.front()][local].front());
-    for (size_t i = 1; i < pushed.size(); ++i) sum.add_(pushed_[pushed[i]][local].front());
-  }
-  shard_.grads().div_(static_cast<double>(s_.num_workers));
+  average_pushes(pushed);  // the pushes stay queued for the round
   const torch::Tensor preview = shard_.preview(step_lr_[pushed.front()].front());
   partial_sent_ = true;
-  std::vector<size_t> all(workers);
-  for (size_t w = 0; w < workers; ++w) all[w] = w;
-  send_chunks(all, preview, /*partial=*/true);
+  send_chunks(all_workers(), preview, /*partial=*/true);
 }
 
 void PsServer::apply_push(size_t worker) {

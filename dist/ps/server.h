@@ -129,6 +129,10 @@ class PsServer {
   void drop_worker(size_t w);
   void send(torch::Tensor message, int to, int tag);
   bool push_complete(size_t worker) const;
+  // grads() = the sum of `workers`' oldest pushes (in that order) over num_workers; the
+  // pushes stay queued.
+  void average_pushes(const std::vector<size_t>& workers);
+  std::vector<size_t> all_workers() const;  // 0 .. workers - 1
   void apply_round();
   // With partial_rounds: the round in progress, once all workers but one have pushed it.
   void send_partial_round();
