@@ -64,6 +64,45 @@ PixelTable make_pixel_table(const std::array<double, 3>& mean, const std::array<
 
 namespace {
 
+// One random crop of an image zero-padded by PadCropFlip::pad pixels, flipped horizontally
+// with probability 1/2 where flips are allowed (torchvision's RandomCrop(size, padding=pad) +
+// RandomHorizontalFlip). Drawn from the sample's seed, so a sample's transform depends on
+// the seed alone; the identity (no shift, no flip) when the sample is not augmented.
+struct CropDraw {
+  int64_t dy = 0;  // the crop's offset from the image, in [-pad, pad]
+  int64_t dx = 0;
+  bool flip = false;
+};
+
+CropDraw draw_crop(const PadCropFlip& augment, uint64_t seed) {
+  if (augment.pad == 0 && !augment.flip) return {};
+  Rng rng(seed);
+  const auto span = static_cast<uint64_t>(2 * augment.pad + 1);
+  CropDraw crop;
+  crop.dy = static_cast<int64_t>(rng.below(span)) - augment.pad;
+  crop.dx = static_cast<int64_t>(rng.below(span)) - augment.pad;
+  crop.flip = augment.flip && rng.below(2) == 1;
+  return crop;
+}
+
+// A rows x cols plane of uint8 pixels into `out` through `lut`, cropped and flipped as
+// `crop` says; pixels from outside the image are 0 (black) before normalisation.
+void write_plane(const uint8_t* plane, int64_t rows, int64_t cols, const CropDraw& crop,
+                 const std::array<float, 256>& lut, float* out) {
+  if (crop.dy == 0 && crop.dx == 0 && !crop.flip) {
+    for (int64_t j = 0; j < rows * cols; ++j) out[j] = lut[plane[j]];
+    return;
+  }
+  for (int64_t y = 0; y < rows; ++y) {
+    const int64_t sy = y + crop.dy;
+    for (int64_t x = 0; x < cols; ++x) {
+      const int64_t sx = (crop.flip ? cols - 1 - x : x) + crop.dx;
+      const bool inside = sy >= 0 && sy < rows && sx >= 0 && sx < cols;
+      out[y * cols + x] = lut[inside ? plane[sy * cols + sx] : 0];
+    }
+  }
+}
+
 uint32_t read_be32(const std::vector<uint8_t>& bytes, size_t offset) {
   return (uint32_t{bytes[offset]} << 24) | (uint32_t{bytes[offset + 1]} << 16) |
          (uint32_t{bytes[offset + 2]} << 8) | uint32_t{bytes[offset + 3]};
@@ -87,14 +126,15 @@ std::string find_idx_file(const std::string& dir, const std::string& name,
 constexpr uint32_t kIdxImageMagic = 2051;  // 0x00000803: unsigned byte, 3 dimensions
 constexpr uint32_t kIdxLabelMagic = 2049;  // 0x00000801: unsigned byte, 1 dimension
 constexpr int64_t kNumDigitClasses = 10;
+constexpr int64_t kIdxPad = 2;
 
 // IDX images [count, rows, cols] and labels [count], kept as the files' bytes.
 class IdxDataset : public Dataset {
  public:
   IdxDataset(const std::string& images_path, const std::string& labels_path, double mean,
-             double std)
+             double std, PadCropFlip augment)
       : images_(read_file(images_path)), labels_(read_file(labels_path)),
-        table_(make_pixel_table({mean, mean, mean}, {std, std, std})) {
+        table_(make_pixel_table({mean, mean, mean}, {std, std, std})), augment_(augment) {
     check_images(images_path);
     check_labels(labels_path, images_path);
   }
@@ -103,11 +143,9 @@ class IdxDataset : public Dataset {
   int64_t num_classes() const override { return kNumDigitClasses; }
   SampleShape shape() const override { return {1, rows_, cols_}; }
 
-  int64_t get(int64_t index, float* out, uint64_t /*seed*/) const override {
-    const int64_t numel = rows_ * cols_;
-    const uint8_t* pixels = images_.data() + 16 + index * numel;
-    const auto& lut = table_.lut[0];
-    for (int64_t j = 0; j < numel; ++j) out[j] = lut[pixels[j]];
+  int64_t get(int64_t index, float* out, uint64_t seed) const override {
+    const uint8_t* pixels = images_.data() + 16 + index * rows_ * cols_;
+    write_plane(pixels, rows_, cols_, draw_crop(augment_, seed), table_.lut[0], out);
     return labels_[static_cast<size_t>(8 + index)];
   }
 
@@ -177,6 +215,7 @@ class IdxDataset : public Dataset {
   std::vector<uint8_t> images_;  // 16-byte header, then [count, rows, cols]
   std::vector<uint8_t> labels_;  // 8-byte header, then [count]
   PixelTable table_;
+  PadCropFlip augment_;
   int64_t count_ = 0;
   int64_t rows_ = 0;
   int64_t cols_ = 0;
@@ -185,8 +224,9 @@ class IdxDataset : public Dataset {
 }  // namespace
 
 std::unique_ptr<Dataset> open_idx_files(const std::string& images_path,
-                                        const std::string& labels_path, double mean, double std) {
-  return std::make_unique<IdxDataset>(images_path, labels_path, mean, std);
+                                        const std::string& labels_path, double mean, double std,
+                                        PadCropFlip augment) {
+  return std::make_unique<IdxDataset>(images_path, labels_path, mean, std, augment);
 }
 
 std::unique_ptr<Dataset> open_idx(const DataOptions& options, Split split) {
@@ -194,9 +234,13 @@ std::unique_ptr<Dataset> open_idx(const DataOptions& options, Split split) {
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
   const std::string images = find_idx_file(options.path, prefix + "-images-idx3-ubyte", hint);
   const std::string labels = find_idx_file(options.path, prefix + "-labels-idx1-ubyte", hint);
+  // Training augmentation: shifts of up to 2 pixels; clothes may be mirrored, digits not.
+  const bool fashion = options.dataset == "fashion_mnist";
+  PadCropFlip augment;
+  if (split == Split::kTrain && options.augment) augment = {kIdxPad, fashion};
   // Mean and standard deviation of the training pixels, in [0, 1].
-  return options.dataset == "fashion_mnist" ? open_idx_files(images, labels, 0.2860, 0.3530)
-                                            : open_idx_files(images, labels, 0.1307, 0.3081);
+  return fashion ? open_idx_files(images, labels, 0.2860, 0.3530, augment)
+                 : open_idx_files(images, labels, 0.1307, 0.3081, augment);
 }
 
 namespace {
@@ -211,7 +255,7 @@ constexpr int64_t kCifarPad = 4;
 class Cifar10Dataset : public Dataset {
  public:
   Cifar10Dataset(const std::vector<std::string>& files, bool augment)
-      : augment_(augment),
+      : augment_(augment ? PadCropFlip{kCifarPad, true} : PadCropFlip{}),
         table_(make_pixel_table({0.4914, 0.4822, 0.4465}, {0.2470, 0.2435, 0.2616})) {
     for (const std::string& file : files) append(file);
   }
@@ -224,27 +268,10 @@ class Cifar10Dataset : public Dataset {
   // flip with probability 1/2 (torchvision RandomCrop(32, padding=4) + RandomHorizontalFlip).
   int64_t get(int64_t index, float* out, uint64_t seed) const override {
     const uint8_t* pixels = pixels_.data() + index * kCifarPixels;
-    int64_t dy = kCifarPad;
-    int64_t dx = kCifarPad;
-    bool flip = false;
-    if (augment_) {
-      Rng rng(seed);
-      dy = static_cast<int64_t>(rng.below(2 * kCifarPad + 1));
-      dx = static_cast<int64_t>(rng.below(2 * kCifarPad + 1));
-      flip = rng.below(2) == 1;
-    }
+    const CropDraw crop = draw_crop(augment_, seed);
     for (int64_t c = 0; c < 3; ++c) {
-      const auto& lut = table_.lut[static_cast<size_t>(c)];
-      const uint8_t* plane = pixels + c * kCifarSide * kCifarSide;
-      for (int64_t y = 0; y < kCifarSide; ++y) {
-        float* row = out + (c * kCifarSide + y) * kCifarSide;
-        const int64_t sy = y + dy - kCifarPad;
-        for (int64_t x = 0; x < kCifarSide; ++x) {
-          const int64_t sx = (flip ? kCifarSide - 1 - x : x) + dx - kCifarPad;
-          const bool inside = sy >= 0 && sy < kCifarSide && sx >= 0 && sx < kCifarSide;
-          row[x] = lut[inside ? plane[sy * kCifarSide + sx] : 0];
-        }
-      }
+      write_plane(pixels + c * kCifarSide * kCifarSide, kCifarSide, kCifarSide, crop,
+                  table_.lut[static_cast<size_t>(c)], out + c * kCifarSide * kCifarSide);
     }
     return labels_[static_cast<size_t>(index)];
   }
@@ -275,7 +302,7 @@ class Cifar10Dataset : public Dataset {
     }
   }
 
-  bool augment_;
+  PadCropFlip augment_;
   PixelTable table_;
   std::vector<uint8_t> labels_;
   std::vector<uint8_t> pixels_;

@@ -18,7 +18,7 @@ void DataOptions::declare(OptionSpecs& keys) {
   keys.add("prefetch", &prefetch, "batches prepared ahead of training").range(1, 1024);
   keys.add("shuffle", &shuffle, "reshuffle the training set every epoch");
   keys.add("augment", &augment,
-           "training augmentation (crop + flip for CIFAR-10 and image folders)");
+           "training augmentation: random crops and flips (MNIST: crops only)");
   keys.add("image_size", &image_size, "image_folder: training crop side in pixels")
       .range(8, 4096);
   keys.add("center_crop_fraction", &center_crop_fraction,

@@ -25,8 +25,9 @@ struct DataOptions {
   int64_t prefetch = 4;
   // Shuffle the training set every epoch (seeded: same order for any world size).
   bool shuffle = true;
-  // Training augmentation: random crop + flip (CIFAR-10), random-resized-crop + flip
-  // (image folder); Fashion-MNIST/MNIST are not augmented.
+  // Training augmentation: random crop of the image padded by 4 pixels + flip (CIFAR-10),
+  // padded by 2 + flip (Fashion-MNIST), padded by 2 without flips (MNIST: a mirrored digit is
+  // another glyph), random-resized-crop + flip (image folder).
   bool augment = true;
   // image_folder: side of the square training crop; evaluation resizes the shorter side to
   // image_size / center_crop_fraction and center-crops this size.

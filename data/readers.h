@@ -12,12 +12,21 @@
 
 namespace dtrain::data {
 
+// Training augmentation of the in-memory readers: a random crop of the image zero-padded by
+// `pad` pixels, flipped horizontally with probability 1/2 when `flip`. {} leaves samples as
+// they are.
+struct PadCropFlip {
+  int64_t pad = 0;
+  bool flip = false;
+};
+
 // IDX files (options.dataset "fashion_mnist" or "mnist").
 std::unique_ptr<Dataset> open_idx(const DataOptions& options, Split split);
 // The IDX pair at these paths, gzip or plain; pixels normalised as (v / 255 - mean) / std.
 // Validates both files completely (the fuzz target's entry point).
 std::unique_ptr<Dataset> open_idx_files(const std::string& images_path,
-                                        const std::string& labels_path, double mean, double std);
+                                        const std::string& labels_path, double mean, double std,
+                                        PadCropFlip augment = {});
 // CIFAR-10 binary batches.
 std::unique_ptr<Dataset> open_cifar10(const DataOptions& options, Split split);
 // The CIFAR-10 batch files at these paths, concatenated in order, gzip or plain.

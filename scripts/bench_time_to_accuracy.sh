@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Time to a test accuracy on Fashion-MNIST, dtrain against the ordinary PyTorch script in the
 # same call: ResNet-18 with the small stem (configs/fashion_mnist_resnet18.toml against
-# scripts/torch_fashion_mnist.py: same model, optimizer, schedule, epochs and global batch
-# 256), on each GPU count (dtrain: `single` on one GPU, where the step is a CUDA graph, `ddp`
+# scripts/torch_fashion_mnist.py: same model, optimizer, schedule, epochs, global batch 256
+# and augmentation: random crops of the image padded by 2 pixels, mirrored half the time),
+# on each GPU count (dtrain: `single` on one GPU, where the step is a CUDA graph, `ddp`
 # on more; PyTorch: DistributedDataParallel on more). Each side's time is wall seconds from
 # its process's start (dtrain: the eval records' time/wall_s; PyTorch: from its first
 # statement) to the first evaluation at or above TARGET.
@@ -48,7 +49,7 @@ PY
 torch_time() {  # N -> "seconds epoch best_accuracy"
   local n=$1 log="$out/torch_np$1.log"
   launch "$n" python3 scripts/torch_fashion_mnist.py --data "$data" --epochs "$epochs" \
-    --batch 256 --lr 0.2 --momentum 0.9 --weight-decay 5e-4 --warmup-epochs 1 \
+    --batch 256 --lr 0.2 --momentum 0.9 --weight-decay 5e-4 --warmup-epochs 1 --augment \
     --target "$target" >"$log" 2>&1 || { tail -20 "$log" >&2; }
   python3 - "$log" "$target" <<'PY'
 import re, sys

@@ -7,7 +7,12 @@ each GPU, bf16 autocast, channels_last, SGD momentum 0.9, lr 0.1, DistributedDat
 
 usage: mpirun -np N [-x MASTER_PORT=P] bench_torch_ddp.py [--model resnet50|resnet18_cifar]
            [--batch 128] [--warmup 20] [--steps 100] [--sync-bn]
-       bench_torch_ddp.py ...            (one process: the model without DDP)
+       bench_torch_ddp.py ... [--cuda-graph] [--gpu-busy]   (one process: no DDP)
+--cuda-graph captures the whole step (forward, backward, SGD) once and replays it, as in
+PyTorch's "whole-network capture" recipe: the same kernels without the host's launches.
+--gpu-busy then profiles 10 steps (torch.profiler) and prints the GPU's kernel time per step
+beside the step's wall time: a step whose kernels fill much less than its wall time waits on
+the host's launches.
 Ranks come from Open MPI's environment (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK); the process
 group meets at MASTER_ADDR:MASTER_PORT (default 127.0.0.1:29500).
 Prints one line on rank 0: "torch ddp MODEL N GPU(s) batch B per GPU bf16 channels_last:
@@ -34,6 +39,21 @@ def build_model(name):
     return model, 32, 10, 5e-4
 
 
+def print_gpu_busy(step, wall_ms, steps=10):
+    """The kernels' (and copies') summed time per step, from torch.profiler's CUDA events."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    cuda = torch.autograd.DeviceType.CUDA
+    events = [e for e in prof.events() if e.device_type == cuda]
+    busy_ms = sum(e.time_range.elapsed_us() for e in events) / 1e3 / steps
+    print(f"gpu busy per step: {busy_ms:.3f} ms of a {wall_ms:.3f} ms step "
+          f"({100 * busy_ms / wall_ms:.0f}%), {len(events) // steps} kernels and copies a step",
+          flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", choices=["resnet50", "resnet18_cifar"], default="resnet50")
@@ -42,6 +62,10 @@ def main():
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--sync-bn", action="store_true",
                         help="torch.nn.SyncBatchNorm over all ranks (dtrain: model.sync_batchnorm)")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="one GPU: replay the step as a CUDA graph (torch.cuda.graph)")
+    parser.add_argument("--gpu-busy", action="store_true",
+                        help="one GPU: print the kernels' time per step against its wall time")
     args = parser.parse_args()
 
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
@@ -68,13 +92,28 @@ def main():
         memory_format=torch.channels_last)
     labels = torch.randint(0, classes, (args.batch,), device=device)
 
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+    def step(zero_grad=True):
+        # Capture needs autocast's weight-cast cache off; eager runs keep PyTorch's default.
+        with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not args.cuda_graph):
             loss = torch.nn.functional.cross_entropy(model(images), labels)
         loss.backward()
         optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        if zero_grad:
+            optimizer.zero_grad(set_to_none=True)
 
+    if args.cuda_graph:
+        if world > 1:
+            raise SystemExit("bench_torch_ddp.py: --cuda-graph runs on one GPU (no DDP)")
+        side = torch.cuda.Stream()  # warm up off the default stream, as capture requires
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(args.warmup):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):  # backward writes the gradients afresh at each replay
+            step(zero_grad=False)
+        step = graph.replay  # noqa: F811
     for _ in range(args.warmup):
         step()
     torch.cuda.synchronize()
@@ -87,8 +126,10 @@ def main():
     seconds = time.perf_counter() - start
     if rank == 0:
         print(f"torch ddp {args.model} {world} GPU(s) batch {args.batch} per GPU bf16 channels_last"
-              f"{' sync_bn' if args.sync_bn else ''}: "
+              f"{' sync_bn' if args.sync_bn else ''}{' cuda_graph' if args.cuda_graph else ''}: "
               f"img/s: {args.batch * world * args.steps / seconds:.0f}", flush=True)
+    if args.gpu_busy and world == 1:
+        print_gpu_busy(step, 1e3 * seconds / args.steps)
     if world > 1:
         dist.destroy_process_group()
 

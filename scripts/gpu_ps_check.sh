@@ -80,7 +80,8 @@ if [ "$what" = real ] || [ "$what" = all ]; then
   scripts/sweep_strategies.sh build-gpu "$out/real" --ranks "$gpus" --steps "$real_steps" \
     --repeat 1 --config configs/resnet50_ps.toml \
     --strategies "${REAL:-ddp ps:bsp ps:ssp1 ps:ssp2 ps:ssp2+exact}" \
-    --set data.dataset=fashion_mnist --set data.path="$data" --set train.eval_every=0 \
+    --set data.dataset=fashion_mnist --set data.augment=false --set data.path="$data" \
+    --set train.eval_every=0 \
     --set schedule.warmup_epochs=0.25 --set run.log_every=10 --set debug.slow_factor=1.5 \
     --set "debug.slow_ranks=[$(seq -s, 0 $((gpus - 1)))]" --set debug.slow_pattern=rotating \
     "${real_set[@]}" | tee "$out/real.md"

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch reference for dtrain's time to accuracy on Fashion-MNIST, written the ordinary way:
-torchvision's FashionMNIST dataset and transforms (ToTensor, Normalize), a DataLoader with
+torchvision's FashionMNIST dataset and transforms (ToTensor, Normalize; with --augment first
+RandomCrop(28, padding=2) and RandomHorizontalFlip, dtrain's data.augment), a DataLoader with
 worker processes and pinned memory, ResNet-18 with dtrain's small stem (a 3x3 stride-1 first
 convolution on one channel, no max-pool), bf16 autocast, channels_last, SGD with momentum and
 weight decay on every tensor, and dtrain's schedule (linear warm-up from 0.1 x lr, then a
@@ -9,7 +10,7 @@ Evaluates after every epoch and prints the wall time since the script started.
 
 usage: torch_fashion_mnist.py --data DIR [--epochs 20] [--batch 256] [--lr 0.2]
            [--momentum 0.9] [--nesterov] [--weight-decay 5e-4] [--warmup-epochs 1]
-           [--label-smoothing 0] [--workers 8] [--target 0.94]
+           [--label-smoothing 0] [--augment] [--workers 8] [--target 0.94]
 DIR holds Debian's dataset-fashion-mnist files (train-images-idx3-ubyte.gz, ...), copied
 into torchvision's layout under a temporary directory. One process per GPU: under mpirun
 each rank takes its GPU and 1/N of every batch (DistributedSampler, DistributedDataParallel:
@@ -79,6 +80,7 @@ def main():
     parser.add_argument("--weight-decay", type=float, default=5e-4)
     parser.add_argument("--warmup-epochs", type=float, default=1.0)
     parser.add_argument("--label-smoothing", type=float, default=0.0)
+    parser.add_argument("--augment", action="store_true")
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--target", type=float, default=0.94)
     args = parser.parse_args()
@@ -93,10 +95,12 @@ def main():
         dist.init_process_group("nccl", rank=rank, world_size=world)
 
     root = torchvision_root(args.data)
-    normalize = transforms.Compose([transforms.ToTensor(),
-                                    transforms.Normalize((0.2860,), (0.3530,))])
-    train_set = torchvision.datasets.FashionMNIST(root, train=True, transform=normalize)
-    test_set = torchvision.datasets.FashionMNIST(root, train=False, transform=normalize)
+    normalize = [transforms.ToTensor(), transforms.Normalize((0.2860,), (0.3530,))]
+    augment = [transforms.RandomCrop(28, padding=2), transforms.RandomHorizontalFlip()]
+    train_transform = transforms.Compose((augment if args.augment else []) + normalize)
+    train_set = torchvision.datasets.FashionMNIST(root, train=True, transform=train_transform)
+    test_set = torchvision.datasets.FashionMNIST(root, train=False,
+                                                 transform=transforms.Compose(normalize))
     sampler = DistributedSampler(train_set, drop_last=True) if world > 1 else None
     train_loader = torch.utils.data.DataLoader(
         train_set, batch_size=args.batch // world, shuffle=sampler is None, sampler=sampler,

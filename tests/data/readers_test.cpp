@@ -44,8 +44,10 @@ TEST_CASE("IDX reader loads gzip and plain files and normalises with the MNIST s
   for (const bool gz : {false, true}) {
     test::TempDir dir;
     write_mnist(dir.path(), gz);
-    const auto train = open_dataset(options_for("mnist", dir.str()), Split::kTrain);
-    const auto eval = open_dataset(options_for("mnist", dir.str()), Split::kTest);
+    DataOptions options = options_for("mnist", dir.str());
+    options.augment = false;
+    const auto train = open_dataset(options, Split::kTrain);
+    const auto eval = open_dataset(options, Split::kTest);
     REQUIRE(train->size() == 5);
     REQUIRE(eval->size() == 2);
     CHECK(train->num_classes() == 10);
@@ -62,6 +64,73 @@ TEST_CASE("IDX reader loads gzip and plain files and normalises with the MNIST s
                 Approx((pixel - 0.1307) / 0.3081).epsilon(1e-6));
         }
       }
+    }
+  }
+}
+
+TEST_CASE("IDX augmentation: shifts of up to 2 pixels, mirrored for Fashion-MNIST only") {
+  test::TempDir dir;
+  write_mnist(dir.path(), /*gz=*/false);
+  test::write_bytes(dir.path() / "train-images-idx3-ubyte", test::idx_images(5, 6, 5));
+  test::write_bytes(dir.path() / "t10k-images-idx3-ubyte", test::idx_images(2, 6, 5));
+  double mean = 0;
+  double std = 1;
+  // The fixture's pixel (y, x) of sample i, or black outside the image.
+  const auto pixel = [](int64_t i, int64_t y, int64_t x) -> int64_t {
+    if (y < 0 || y >= 6 || x < 0 || x >= 5) return 0;
+    return (i * 31 + y * 7 + x) % 256;
+  };
+  const auto to_byte = [&](float value) { return std::lround((value * std + mean) * 255.0); };
+  // Whether crop offset (dy, dx) and `flip` explain every pixel of sample i's output.
+  const auto explains = [&](const std::vector<float>& out, int64_t i, int64_t dy, int64_t dx,
+                            bool flip) {
+    for (int64_t y = 0; y < 6; ++y) {
+      for (int64_t x = 0; x < 5; ++x) {
+        const int64_t sx = (flip ? 4 - x : x) + dx;
+        if (to_byte(out[static_cast<size_t>(y * 5 + x)]) != pixel(i, y + dy, sx)) return false;
+      }
+    }
+    return true;
+  };
+
+  for (const std::string dataset : {"fashion_mnist", "mnist"}) {
+    CAPTURE(dataset);
+    mean = dataset == "mnist" ? 0.1307 : 0.2860;  // the normalisation the reader applies
+    std = dataset == "mnist" ? 0.3081 : 0.3530;
+    const DataOptions options = options_for(dataset, dir.str());  // augment: the default
+    const auto train = open_dataset(options, Split::kTrain);
+    const auto eval = open_dataset(options, Split::kTest);
+    std::vector<float> out(30);
+    std::vector<float> again(30);
+    int flips = 0;
+    int shifts = 0;
+    for (uint64_t seed = 0; seed < 60; ++seed) {
+      const int64_t i = static_cast<int64_t>(seed % 5);
+      CHECK(train->get(i, out.data(), seed) == (i * 3) % 10);
+      train->get(i, again.data(), seed);
+      REQUIRE(again == out);  // the seed alone decides the transform
+      bool explained = false;
+      for (int64_t dy = -2; dy <= 2 && !explained; ++dy) {
+        for (int64_t dx = -2; dx <= 2 && !explained; ++dx) {
+          for (const bool flip : {false, true}) {
+            if (explained || !explains(out, i, dy, dx, flip)) continue;
+            explained = true;
+            flips += flip;
+            shifts += dy != 0 || dx != 0;
+          }
+        }
+      }
+      REQUIRE(explained);
+      // Evaluation samples are never transformed.
+      eval->get(1, out.data(), seed);
+      REQUIRE(explains(out, 1, 0, 0, false));
+    }
+    CHECK(shifts > 30);
+    if (dataset == "fashion_mnist") {
+      CHECK(flips > 10);
+      CHECK(flips < 50);
+    } else {
+      CHECK(flips == 0);  // a mirrored digit is another glyph
     }
   }
 }
