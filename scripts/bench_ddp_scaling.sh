@@ -4,7 +4,8 @@
 # the device) or ResNet-18 on 32x32 images (configs/resnet18_cifar_synthetic.toml, batch 256)
 # at each GPU count, dtrain as its defaults run it, as a CUDA graph with DDP's all-reduces after
 # backward, eagerly with DDP's overlap on and off, and scripts/bench_torch_ddp.py.
-# At 1 GPU both sides train without DDP (dtrain: dist.strategy = single).
+# At 1 GPU both sides train without DDP (dtrain: dist.strategy = single), and PyTorch's step
+# also runs as a CUDA graph, with its GPU busy time (bench_torch_ddp.py --cuda-graph --gpu-busy).
 #   usage: scripts/bench_ddp_scaling.sh BUILD_DIR OUT_DIR ["1 2 4"] [resnet50|resnet18_cifar]
 # Prints a markdown table; efficiency = img/s at N GPUs / (N x that side's own img/s at 1 GPU).
 # DEFAULT_ONLY=1 runs dtrain's defaults and PyTorch alone (issue 15's targets), the other
@@ -67,9 +68,17 @@ for n in "${counts[@]}"; do
   read -r fp32_grads_rate _ _ _ <<<"$fp32_grads"
   read -r on_rate _ _ _ <<<"$on"
   read -r off_rate _ _ _ <<<"$off"
-  torch_rate=$(torch_run "$n" "torch_ddp_np$n") || true
+  torch_rate=$(torch_run "$n" "torch_ddp_np$n" $([ "$n" -gt 1 ] || echo --gpu-busy)) || true
   torch_rate=${torch_rate:--}
-  if [ "$n" -eq 1 ]; then dtrain_base=$default_rate torch_base=$torch_rate; fi
+  if [ "$n" -eq 1 ]; then
+    dtrain_base=$default_rate torch_base=$torch_rate
+    # What PyTorch's one-GPU step costs without the host's launches: the GPU's busy share of
+    # its eager step, and the same step replayed as a CUDA graph.
+    torch_graph=$(torch_run 1 torch_graph_np1 --cuda-graph --gpu-busy) || true
+    details+=("1 GPU, PyTorch eager: $(grep -h 'gpu busy' "$out/torch_ddp_np1.log" || echo -)")
+    details+=("1 GPU, PyTorch as a CUDA graph: ${torch_graph:--} img/s," \
+      "$(grep -h 'gpu busy' "$out/torch_graph_np1.log" || echo -)")
+  fi
   rows+=("$(printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |' "$n" \
     "$default_rate" "$(efficiency "$default_rate" "$n" "$dtrain_base")" "$default_exposed" \
     "$graph_off_rate" "$fp32_grads_rate" "$on_rate" "$off_rate" "$torch_rate" \

@@ -144,6 +144,18 @@ def ddp_scaling(part, title, config, ratio_bar, efficiency_bar, exposed_bar=None
            f"{ratio:.3f}x ({spread(column(1, 1))} img/s)" if ratio else "-",
            f"{spread(column(1, 8))} img/s" if torch1 else "-",
            f">= {ratio_bar:.2f}x", met(ratio, ratio_bar))
+    # No target: PyTorch's own step replayed as a CUDA graph, its kernels without the host's
+    # launches, and the GPU's busy share of its eager step, which explain the ratio above.
+    graph = [number(m.group(1)) for line in lines or [] if
+             (m := re.match(r"1 GPU, PyTorch as a CUDA graph: (" + NUMBER + ") img/s", line))]
+    busy = [int(m.group(1)) for line in lines or [] if
+            (m := re.match(r"1 GPU, PyTorch eager: gpu busy .*\((\d+)%\)", line))]
+    if graph and ours1:
+        yield (f"{title}, 1 GPU: img/s over PyTorch's step as a CUDA graph (no target)",
+               f"{ours1 / median(graph):.3f}x",
+               f"{spread(graph)} img/s; its eager step keeps the GPU busy "
+               f"{'-'.join(str(b) for b in sorted(set([min(busy), max(busy)])))}% of the time"
+               if busy else f"{spread(graph)} img/s", "-", "-")
 
     def efficiency(i, base):  # the median img/s at GPUS over GPUS x the side's own at 1
         rate = median(column(GPUS, i))
