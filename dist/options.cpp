@@ -28,10 +28,6 @@ void DdpOptions::declare(OptionSpecs& keys) {
            "kernels, which share the GPU with the all-reduce (cuDNN's persistent bf16 kernels "
            "wait for it); 0: none")
       .range(0, 1024);
-  keys.add("step_beside_last_allreduce", &step_beside_last_allreduce,
-           "step the parameters of the buckets already averaged while the last bucket's "
-           "all-reduce runs: on, off, or auto (on for SGD on CUDA without a codec or fp16)")
-      .one_of({"auto", "on", "off"});
 }
 
 FieldErrors DdpOptions::validate() const { return check_declared(*this); }
@@ -175,23 +171,6 @@ FieldErrors DistOptions::validate(const DistContext& context) const {
   for (FieldError& error : compression.validate()) {
     errors.push_back({"compression." + error.key, error.problem});
   }
-  if (strategy == StrategyKind::kDdp && ddp.step_beside_last_allreduce == "on") {
-    std::string why;
-    if (context.optimizer != "sgd") {
-      why = fmt::format("optim.name = \"{}\": only SGD's update of a tensor is known to read "
-                        "that tensor alone in this version",
-                        context.optimizer);
-    } else if (context.fp16_loss_scaling) {
-      why = "train.precision = \"fp16\": the overflow check reads every gradient before the "
-            "step";
-    } else if (compression.enabled()) {
-      why = "dist.compression: the codec finishes the buckets together";
-    }
-    if (!why.empty()) {
-      errors.push_back({"ddp.step_beside_last_allreduce",
-                        fmt::format("\"on\" with {}; use \"auto\" or \"off\"", why)});
-    }
-  }
   if (strategy == StrategyKind::kDdp && ddp.reduce_dtype == "bf16" && compression.enabled()) {
     errors.push_back({"ddp.reduce_dtype",
                       fmt::format("\"bf16\" and dist.compression.kind = \"{}\" both set the "
@@ -294,11 +273,6 @@ DistOptions DistOptions::resolved(const DistContext& context) const {
   if (strategy == StrategyKind::kDdp && options.ddp.reduce_dtype == "auto") {
     const bool narrow = context.bf16_compute && !compression.enabled();
     options.ddp.reduce_dtype = narrow ? "bf16" : "param";
-  }
-  if (strategy == StrategyKind::kDdp && options.ddp.step_beside_last_allreduce == "auto") {
-    const bool pays = context.cuda && context.optimizer == "sgd" && !compression.enabled() &&
-                      !context.fp16_loss_scaling;
-    options.ddp.step_beside_last_allreduce = pays ? "on" : "off";
   }
   return options;
 }

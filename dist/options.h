@@ -40,13 +40,6 @@ struct DdpOptions {
   // 0-4 on 2 x H200: ResNet-18 32x32 efficiency 0.944-0.948 against 0.931-0.935, ResNet-50
   // 0.980 against 0.977-0.979 (docs/PERFORMANCE.md).
   int64_t batchnorm_beside_allreduce = 2;
-  // The optimizer steps the parameters of the buckets already averaged while the last
-  // bucket's all-reduce runs, then the last bucket's: "on", "off", or "auto", on where it can
-  // pay: a CUDA device, SGD (whose update of a tensor reads that tensor alone), no codec, no
-  // fp16 loss scaling (whose overflow check reads every gradient before the step). Under a
-  // CUDA graph the last all-reduce then runs after the replay, beside the step. Resolved by
-  // the trainer (DistOptions::resolved); a strategy built directly reads "auto" as "off".
-  std::string step_beside_last_allreduce = "auto";
 
   void declare(OptionSpecs& keys);
   FieldErrors validate() const;
@@ -178,10 +171,6 @@ struct DistContext {
   bool sync_batchnorm = false;
   // train.precision = "bf16": the model computes in bf16 under autocast.
   bool bf16_compute = false;
-  // run.device is a CUDA device.
-  bool cuda = false;
-  // optim.name.
-  std::string optimizer = "sgd";
 };
 
 struct DistOptions {

@@ -37,8 +37,6 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> params, std::vector<
       options_(std::move(options)),
       replan_(std::move(replan)),
       poll_in_hooks_(comm_->device().is_cpu()) {
-  DTRAIN_CHECK(!(options_.hold_last && options_.shared_buffers > 0),
-               "{}: a held last bucket needs a buffer of its own", options_.owner);
   build(layout);
 }
 
@@ -222,7 +220,7 @@ void GradientReducer::zero_gaps(const Bucket& bucket) {
 }
 
 void GradientReducer::launch_ready_buckets() {
-  while (next_bucket_ < launched_in_backward() && pending_[next_bucket_] == 0) {
+  while (next_bucket_ < buckets_.size() && pending_[next_bucket_] == 0) {
     Bucket& bucket = buckets_[next_bucket_];
     if (!shared_.empty()) {
       // The buffer's last user must be done with it; what it left in the gaps must go.
@@ -256,7 +254,7 @@ void GradientReducer::after_backward(bool last_micro_step, StepComm& record) {
   record.set_backward_end(backward_end_ ? std::move(backward_end_) : comm_->now());
   check_unused();
   launch_ready_buckets();
-  for (size_t b = 0; b < launched_in_backward(); ++b) {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
     if (b >= completed_) complete(b);
     hook_.record(buckets_[b], std::move(works_[b]), record);
   }
@@ -264,28 +262,9 @@ void GradientReducer::after_backward(bool last_micro_step, StepComm& record) {
 }
 
 void GradientReducer::record_replayed(StepComm& record) {
-  for (size_t b = 0; b < launched_in_backward(); ++b) {
-    record.add_unmeasured(hook_.collective(), Traffic::kGradients,
-                          hook_.payload_bytes(buckets_[b]));
+  for (const Bucket& bucket : buckets_) {
+    record.add_unmeasured(hook_.collective(), Traffic::kGradients, hook_.payload_bytes(bucket));
   }
-}
-
-// Not from backward's bookkeeping, which a replayed graph does not run on the host: the held
-// bucket is always the last, and its gradients are wherever the pass left them.
-void GradientReducer::launch_held() {
-  DTRAIN_CHECK(holds_last() && !held_work_, "{}: launch_held() without a held bucket",
-               options_.owner);
-  Bucket& bucket = buckets_.back();
-  move_gradients_to_bucket(bucket);
-  held_work_ = hook_.launch(bucket);
-}
-
-void GradientReducer::finish_held(StepComm& record) {
-  DTRAIN_CHECK(held_work_, "{}: finish_held() before launch_held()", options_.owner);
-  Bucket& bucket = buckets_.back();
-  held_work_->wait();
-  hook_.finish(bucket);
-  hook_.record(bucket, std::move(held_work_), record);
 }
 
 void GradientReducer::complete(size_t b) {

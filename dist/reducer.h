@@ -98,9 +98,6 @@ struct ReducerOptions {
   bool find_unused = false;       // a parameter without gradient is reduced as zeros
   std::string unused_hint;        // otherwise the error ends with this advice
   int64_t shared_buffers = 0;     // 0: a flat tensor per bucket; k: k shared in rotation
-  // The last bucket is left to launch_held() and finish_held() (not with shared_buffers):
-  // the caller works on the other buckets' averaged gradients while its communication runs.
-  bool hold_last = false;
 };
 
 // Re-plans the layout from the observed gradient order (indices into the parameters).
@@ -128,13 +125,6 @@ class GradientReducer {
   // it, unmeasured (StepComm::add_unmeasured). A hook whose work is several operations is
   // not captured.
   void record_replayed(StepComm& record);
-  // With hold_last, after after_backward() (or a replay of it): copies the held bucket's
-  // gradients in and launches its communication; finish_held() waits for it, lets the hook
-  // finish it and records it (measured: it is not part of a replay).
-  bool holds_last() const { return options_.hold_last && buckets_.size() > 1; }
-  const Bucket& held() const { return buckets_.back(); }
-  void launch_held();
-  void finish_held(StepComm& record);
   // After the optimizer step: releases the gradients; the first time, re-plans.
   void after_step();
 
@@ -150,8 +140,6 @@ class GradientReducer {
   void on_gradient_ready(int64_t index);
   void move_gradients_to_bucket(const Bucket& bucket);
   void launch_ready_buckets();
-  // How many buckets backward's hooks and after_backward() launch: all but a held one.
-  size_t launched_in_backward() const { return buckets_.size() - (holds_last() ? 1 : 0); }
   // Waits for bucket `b` (the oldest in flight) and lets the hook finish it.
   void complete(size_t b);
   void zero_gaps(const Bucket& bucket);
@@ -170,7 +158,6 @@ class GradientReducer {
   std::vector<std::vector<std::pair<int64_t, int64_t>>> gaps_;  // per bucket: (offset, numel)
   std::vector<int64_t> pending_;                 // per bucket: gradients still to arrive
   std::vector<std::unique_ptr<Work>> works_;     // per bucket, this step
-  std::unique_ptr<Work> held_work_;              // the held bucket's, between launch and finish
   std::vector<int64_t> bucket_of_;               // parameter -> bucket
   std::vector<torch::Tensor> views_;             // parameter -> its gradient's place
   std::vector<bool> ready_;                      // parameter's gradient arrived this step

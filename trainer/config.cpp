@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
-#include <torch/cuda.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -212,9 +211,6 @@ dist::DistContext dist_context(const Config& config) {
   context.skip_nonfinite = config.train.nonfinite == "skip";
   context.sync_batchnorm = config.model.sync_batchnorm;
   context.bf16_compute = config.train.precision == "bf16";
-  context.cuda = config.run.device == "cuda" ||
-                 (config.run.device == "auto" && torch::cuda::is_available());
-  context.optimizer = config.optim.name;
   return context;
 }
 

@@ -5,10 +5,8 @@
 #include "dist/compression/codec_file.h"
 #include "dist/optimizer_state.h"
 #include "optim/multi_tensor.h"
-#include "optim/optimizer.h"
 
 #include <numeric>
-#include <utility>
 
 namespace dtrain::dist {
 
@@ -55,7 +53,6 @@ void DdpStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_
   reducer.overlap = options_.overlap;
   reducer.find_unused = options_.find_unused;
   reducer.unused_hint = "or set dist.ddp.find_unused = true to reduce them as zeros";
-  reducer.hold_last = options_.step_beside_last_allreduce == "on";
   CommHook* hook = this;
   if (compression_.enabled()) {
     codec_hook_ = std::make_unique<compression::CodecHook>(
@@ -112,36 +109,9 @@ void DdpStrategy::before_backward(bool last_micro_step) {
 }
 
 void DdpStrategy::step(double lr) {
-  if (reducer_->holds_last()) {
-    // The last bucket's all-reduce runs beside the other buckets' update: on a GPU the
-    // optimizer's kernels share the device with NCCL's, in place of an idle wait.
-    optim::set_lr(*optimizer_, lr);
-    reducer_->launch_held();
-    const std::vector<int64_t>& held = reducer_->held().layout.params;
-    step_only(held, /*exclude=*/true);
-    reducer_->finish_held(current_);
-    step_only(held, /*exclude=*/false);
-    reducer_->after_step();
-  } else {
-    optimizer_step(lr);
-  }
+  optimizer_step(lr);
   if (codec_hook_) codec_hook_->end_step(reducer_->buckets());
   end_step_record();
-}
-
-void DdpStrategy::step_only(const std::vector<int64_t>& indices, bool exclude) {
-  // The optimizers skip a parameter without a gradient (torch's convention, and ours):
-  // the others' gradients step aside for one step() and come back.
-  std::vector<bool> chosen(params_.size(), exclude);
-  for (const int64_t index : indices) chosen[static_cast<size_t>(index)] = !exclude;
-  std::vector<torch::Tensor> aside(params_.size());
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!chosen[i]) aside[i] = std::exchange(params_[i].mutable_grad(), torch::Tensor());
-  }
-  optimizer_->step();
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!chosen[i]) params_[i].mutable_grad() = std::move(aside[i]);
-  }
 }
 
 void DdpStrategy::prepare_checkpoint() {

@@ -16,10 +16,6 @@
 //   - `dist.ddp.batchnorm_beside_allreduce` = n: each bucket launched during backward asks
 //     that the next n BatchNorm backwards take ATen's kernels, which run beside the
 //     all-reduce, where cuDNN's persistent ones wait for its SMs (common/shared_kernels.h).
-//   - `dist.ddp.step_beside_last_allreduce`: the reducer holds the last bucket back
-//     (ReducerOptions::hold_last), and step() launches its all-reduce, steps the other
-//     buckets' parameters while it runs, then the last bucket's. Under a CUDA graph that
-//     all-reduce runs after the replay; the other buckets' stay inside it.
 //   - Under `dist.compression`, a codec hook (dist/compression/codec_hook.h) wraps the
 //     all-reduce: buckets are encoded, exchanged and decoded from the same hooks, so the
 //     overlap stays; the codec's state goes into checkpoints, a file per rank.
@@ -69,9 +65,6 @@ class DdpStrategy : public ReplicatedStrategy, private CommHook {
   torch::Tensor& narrow_copy(const Bucket& bucket);
 
   Layout plan_layout(const std::vector<int64_t>& order) const;
-
-  // One optimizer step over the parameters `indices` names, or over all the others.
-  void step_only(const std::vector<int64_t>& indices, bool exclude);
 
   DdpOptions options_;
   CompressionOptions compression_;

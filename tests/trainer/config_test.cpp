@@ -446,25 +446,6 @@ TEST_CASE("dist.ddp.reduce_dtype \"auto\" is bf16 under bf16 autocast without a 
             "with a scale)"});
 }
 
-TEST_CASE("dist.ddp.step_beside_last_allreduce \"auto\" is on for SGD on CUDA, \"on\" is "
-          "refused where the split step would be wrong", "[config]") {
-  const std::vector<std::string> ddp_cpu = {"dist.strategy=ddp", "run.device=cpu"};
-  CHECK(load_config("", ddp_cpu).dist.ddp.step_beside_last_allreduce == "off");
-  std::vector<std::string> ddp_cuda = {"dist.strategy=ddp", "run.device=cuda"};
-  CHECK(load_config("", ddp_cuda).dist.ddp.step_beside_last_allreduce == "on");
-  ddp_cuda.push_back("optim.name=lamb");
-  CHECK(load_config("", ddp_cuda).dist.ddp.step_beside_last_allreduce == "off");
-  std::vector<std::string> forced = ddp_cpu;
-  forced.push_back("dist.ddp.step_beside_last_allreduce=on");
-  CHECK(load_config("", forced).dist.ddp.step_beside_last_allreduce == "on");  // CPU ranks too
-  forced.push_back("optim.name=lamb");
-  CHECK(problems_of("", forced) ==
-        std::vector<std::string>{
-            "--set dist.ddp.step_beside_last_allreduce: \"on\" with optim.name = \"lamb\": "
-            "only SGD's update of a tensor is known to read that tensor alone in this version; "
-            "use \"auto\" or \"off\""});
-}
-
 TEST_CASE("docs/CONFIG.md documents every key", "[config]") {
   std::ifstream doc(std::string(DTRAIN_SOURCE_DIR) + "/docs/CONFIG.md");
   REQUIRE(doc);
