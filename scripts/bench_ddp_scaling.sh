@@ -76,8 +76,8 @@ for n in "${counts[@]}"; do
     # its eager step, and the same step replayed as a CUDA graph.
     torch_graph=$(torch_run 1 torch_graph_np1 --cuda-graph --gpu-busy) || true
     details+=("1 GPU, PyTorch eager: $(grep -h 'gpu busy' "$out/torch_ddp_np1.log" || echo -)")
-    details+=("1 GPU, PyTorch as a CUDA graph: ${torch_graph:--} img/s," \
-      "$(grep -h 'gpu busy' "$out/torch_graph_np1.log" || echo -)")
+    graph_busy=$(grep -h 'gpu busy' "$out/torch_graph_np1.log" || echo -)
+    details+=("1 GPU, PyTorch as a CUDA graph: ${torch_graph:--} img/s, $graph_busy")
   fi
   rows+=("$(printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |' "$n" \
     "$default_rate" "$(efficiency "$default_rate" "$n" "$dtrain_base")" "$default_exposed" \
