@@ -20,12 +20,17 @@ img/s: X", X over all GPUs.
 """
 import argparse
 import os
+import sys
 import time
 
-import torch
-import torch.distributed as dist
-import torchvision
-from torch.nn.parallel import DistributedDataParallel
+try:
+    import torch
+    import torch.distributed as dist
+    import torchvision
+    from torch.nn.parallel import DistributedDataParallel
+except ImportError as error:
+    sys.exit(f"bench_torch_ddp.py: {error}; on Debian: apt-get install python3-torch "
+             "python3-torchvision (run with /usr/bin/python3)")
 
 
 def build_model(name):

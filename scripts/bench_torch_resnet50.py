@@ -7,10 +7,15 @@ usage: bench_torch_resnet50.py [--batch 128] [--precision bf16|fp16|fp32] [--cha
 Prints one line: "torch resnet50 batch B precision P: X img/s".
 """
 import argparse
+import sys
 import time
 
-import torch
-import torchvision
+try:
+    import torch
+    import torchvision
+except ImportError as error:
+    sys.exit(f"bench_torch_resnet50.py: {error}; on Debian: apt-get install python3-torch python3-torchvision "
+             "(run with /usr/bin/python3)")
 
 
 def main():

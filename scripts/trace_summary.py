@@ -81,8 +81,13 @@ def print_diff(title, base, other, rows):
 
 
 def main():
-    steps = float(sys.argv[1])
-    paths = sys.argv[2:]
+    try:
+        steps = float(sys.argv[1])
+        paths = sys.argv[2:]
+        assert steps > 0 and paths
+    except (IndexError, ValueError, AssertionError):
+        sys.exit("usage: scripts/trace_summary.py STEPS TRACE [TRACE ...]  (STEPS: the profiled "
+                 "steps, run.profile_steps)")
     summaries = [summarize(p, steps) for p in paths]
     for path, (by_name, span, busy) in zip(paths, summaries):
         count = sum(v[1] for v in by_name.values())
