@@ -87,6 +87,17 @@ inline void run(Net& net, dtrain::dist::PsStrategy& strategy, const Data& data, 
   strategy.finish();
 }
 
+// A net from seed 0 trained for kSteps by a colocated PsStrategy with `ps`, every rank a
+// worker (the strategy is gone when it returns: its last sync is done).
+inline Net train_colocated(const dtrain::dist::PsOptions& ps,
+                           const dtrain::optim::OptimizerOptions& options, const Data& data) {
+  Net net = make_net();
+  dtrain::dist::PsStrategy strategy(ps, world(), 60.0);
+  strategy.attach(*net, factory(options));
+  run(net, strategy, data, 0, kSteps, options.lr);
+  return net;
+}
+
 // One process for read.size(1) steps: step t's update is the average over ranks r of rank r's
 // gradient at version v = read[r][t] (the parameters after that many updates), or with
 // `predict` at w_v + (t - v)(w_v - w_{v-1}).

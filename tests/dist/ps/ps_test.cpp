@@ -105,16 +105,8 @@ TEST_CASE("ps async with one worker takes one process's steps", "[dist][ps]") {
 TEST_CASE("ps SSP(0) is BSP, bit for bit", "[dist][ps]") {
   const auto options = optimizer_options("lamb");
   const Data data = make_data(world()->size());
-  Net bsp = make_net();
-  {
-    PsStrategy strategy(ps_options("colocated", 1, 7, "bsp"), world(), 60.0);
-    strategy.attach(*bsp, factory(options));
-    run(bsp, strategy, data, 0, kSteps, options.lr);
-  }
-  Net ssp = make_net();
-  PsStrategy strategy(ps_options("colocated", 1, 7, "ssp", 0), world(), 60.0);
-  strategy.attach(*ssp, factory(options));
-  run(ssp, strategy, data, 0, kSteps, options.lr);
+  Net bsp = train_colocated(ps_options("colocated", 1, 7, "bsp"), options, data);
+  Net ssp = train_colocated(ps_options("colocated", 1, 7, "ssp", 0), options, data);
   CHECK(max_difference(*bsp, *ssp) == 0.0);
 }
 

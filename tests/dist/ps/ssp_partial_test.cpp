@@ -204,15 +204,7 @@ TEST_CASE("ps SSP with partial reads: each read is a version within k or a round
 TEST_CASE("ps SSP(0) with partial reads is BSP, bit for bit", "[dist][ps]") {
   const auto options = optimizer_options("sgd");
   const Data data = make_data(world()->size());
-  Net bsp = make_net();
-  {
-    PsStrategy strategy(ps_options("colocated", 1, 1000, "bsp"), world(), 60.0);
-    strategy.attach(*bsp, factory(options));
-    run(bsp, strategy, data, 0, kSteps, options.lr);
-  }
-  Net ssp = make_net();
-  PsStrategy strategy(partial_options(0), world(), 60.0);
-  strategy.attach(*ssp, factory(options));
-  run(ssp, strategy, data, 0, kSteps, options.lr);
+  Net bsp = train_colocated(ps_options("colocated", 1, 1000, "bsp"), options, data);
+  Net ssp = train_colocated(partial_options(0), options, data);
   CHECK(max_difference(*bsp, *ssp) == 0.0);
 }
