@@ -2,6 +2,7 @@
 
 #include "dist/ddp/ddp.h"
 #include "dist/ps/collective.h"
+#include "dist/ps/peer.h"
 #include "dist/ps/ps.h"
 #include "dist/single.h"
 #include "dist/zero/zero.h"
@@ -11,6 +12,11 @@
 #include <fmt/format.h>
 
 namespace dtrain::dist {
+
+bool ps_uses_p2p(const PsOptions& ps, bool on_gpus) {
+  const bool serve = ps.placement == "colocated" && !ps.hierarchical && ps.partial_reads();
+  return ps.transport == "p2p" || (ps.transport == "auto" && on_gpus && serve);
+}
 
 std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
                                         std::shared_ptr<Communicator> world) {
@@ -34,6 +40,16 @@ std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
     return std::make_unique<ZeroStrategy>(world);
   }
   if (options.strategy == StrategyKind::kPs) {
+    if (ps_uses_p2p(options.ps, world->device().is_cuda())) {
+      if (options.compression.enabled()) {
+        throw UserError(fmt::format(
+            "dist.compression.kind = \"{}\" is not available over the parameter server's "
+            "\"p2p\" transport, which \"auto\" picks on GPUs for ssp_reads = \"partial\"; "
+            "set dist.ps.transport = \"messages\", or kind = \"none\"",
+            options.compression.kind));
+      }
+      return std::make_unique<PsPeerStrategy>(options.ps, world, options.timeout_s);
+    }
     if (options.ps.use_collectives(world->device().is_cuda())) {
       return std::make_unique<PsCollectiveStrategy>(options.ps, world, options.compression);
     }

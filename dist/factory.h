@@ -9,6 +9,11 @@
 
 namespace dtrain::dist {
 
+// Whether the parameter server runs over point-to-point links on the device (dist/ps/peer.h):
+// transport "p2p", or "auto" on GPUs for colocated partial reads. `on_gpus`: the workers'
+// device.
+bool ps_uses_p2p(const PsOptions& ps, bool on_gpus);
+
 std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
                                         std::shared_ptr<Communicator> world);
 

@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "dist/buckets.h"
+#include "dist/factory.h"
 #include "dist/ps/plan.h"
 #include "dist/reducer.h"
 #include "dist/zero/bucket_shards.h"
@@ -116,8 +117,10 @@ MemoryPrediction ps(const PsOptions& options, const ModelStateInput& input, int 
   const std::vector<int64_t> served = plan.server_numel();
   const int64_t model = bytes_of(input.params);
   // Beside GPU workers, the message transport's servers keep their chunks in host memory
-  // (a dedicated server runs on the CPU); the collective transport's, on their worker's GPU.
-  const bool chunks_on_host = !options.use_collectives(/*on_gpus=*/true);
+  // (a dedicated server runs on the CPU); the collective and p2p transports', on their
+  // worker's GPU.
+  const bool chunks_on_host =
+      !options.use_collectives(/*on_gpus=*/true) && !ps_uses_p2p(options, /*on_gpus=*/true);
   for (int r = 0; r < world_size; ++r) {
     ModelStateBytes bytes;
     if (r < workers) bytes = {model, model, 0};

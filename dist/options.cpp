@@ -79,9 +79,11 @@ void PsOptions::declare(OptionSpecs& keys) {
            "version's last step repeated s times (SpecTrain's weight prediction)");
   keys.add("transport", &transport,
            "messages: point-to-point through host memory; collectives: reduce onto the "
-           "servers and broadcast from them on the device (colocated bsp and ssp); auto: "
-           "collectives on GPUs where they serve, messages otherwise")
-      .one_of({"auto", "messages", "collectives"});
+           "servers and broadcast from them on the device (colocated bsp and ssp); p2p: "
+           "point-to-point on the device (colocated bsp and ssp, SGD), which partial reads "
+           "need on GPUs; auto: on GPUs p2p for partial reads and collectives where they "
+           "serve, messages otherwise")
+      .one_of({"auto", "messages", "collectives", "p2p"});
   keys.add("hierarchical", &hierarchical,
            "messages transport, bsp and ssp: each node's workers reduce gradients onto one "
            "leader, which alone pushes and pulls and broadcasts the parameters to them (auto "
@@ -97,6 +99,7 @@ bool PsOptions::use_collectives(bool on_gpus) const {
                      !partial_reads();
   return transport == "collectives" || (transport == "auto" && on_gpus && serve);
 }
+
 
 std::string compressed_messages_error(const CompressionOptions& compression,
                                       const PsOptions& ps) {
@@ -189,6 +192,13 @@ FieldErrors DistOptions::validate(const DistContext& context) const {
   }
   const bool ps_messages = ps.transport == "messages" || ps.placement != "colocated" ||
                            ps.consistency == "async" || ps.hierarchical;
+  if (strategy == StrategyKind::kPs && ps.transport == "p2p" && compression.enabled()) {
+    errors.push_back({"compression.kind",
+                      fmt::format("\"{}\" is not available over the parameter server's "
+                                  "\"p2p\" transport; use transport \"collectives\" or "
+                                  "\"messages\", or kind = \"none\"",
+                                  compression.kind)});
+  }
   if (strategy == StrategyKind::kPs && ps_messages) {
     const std::string refused = compressed_messages_error(compression, ps);
     if (!refused.empty()) errors.push_back({"compression.kind", refused});
@@ -224,11 +234,24 @@ FieldErrors DistOptions::validate(const DistContext& context) const {
                         "\"bsp\" or \"ssp\" only (a collective joins every worker); use "
                         "\"messages\" or \"auto\""});
     }
+    if (ps.transport == "p2p" && (ps.placement != "colocated" || ps.consistency == "async" ||
+                                  ps.hierarchical)) {
+      errors.push_back({"ps.transport",
+                        "\"p2p\" serves placement \"colocated\" with consistency \"bsp\" or "
+                        "\"ssp\" and no hierarchy; use \"messages\" or \"auto\""});
+    }
+    if (ps.transport == "p2p" && ps.consistency == "ssp" &&
+        (ps.ssp_reads == "exact" || ps.predict_weights)) {
+      errors.push_back({ps.predict_weights ? "ps.predict_weights" : "ps.ssp_reads",
+                        "the \"p2p\" transport reads the newest rounds that have arrived: "
+                        "ssp_reads = \"exact\" and predict_weights = true need transport "
+                        "\"collectives\""});
+    }
     if (ps.partial_reads() && (ps.transport == "collectives" || ps.hierarchical)) {
       // Over collectives a push is a reduce, which completes only once every worker has
       // joined it: no server sees the on-time pushes first.
       errors.push_back({"ps.ssp_reads",
-                        fmt::format("\"partial\" needs the messages transport without a "
+                        fmt::format("\"partial\" needs transport \"p2p\" or \"messages\" without a "
                                     "hierarchy (a server must see each worker's push as it "
                                     "arrives); this run has transport \"{}\"{}",
                                     ps.transport, ps.hierarchical ? " and hierarchical = true"

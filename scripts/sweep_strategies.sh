@@ -5,7 +5,7 @@
 #     --strategies "single ddp zero" (default; `single` runs at 1 rank only). A parameter
 #                                  server variant is ps[:OPTION+OPTION...], OPTION one of bsp,
 #                                  sspK (staleness K), async, dedicatedS (S server ranks beside
-#                                  the workers), messages or collectives (the transport),
+#                                  the workers), messages, collectives or p2p (the transport),
 #                                  newest, exact or partial (dist.ps.ssp_reads), predict
 #                                  (dist.ps.predict_weights):
 #                                  "ps ps:ssp2 ps:async ps:bsp+dedicated1 ps:bsp+messages";
@@ -56,7 +56,7 @@ strategy_sets() {
   for option in $(tr '+' ' ' <<<"${1#*:}"); do
     case $option in
       bsp | async) variant+=(--set dist.ps.consistency="$option") ;;
-      messages | collectives) variant+=(--set dist.ps.transport="$option") ;;
+      messages | collectives | p2p) variant+=(--set dist.ps.transport="$option") ;;
       newest | exact | partial) variant+=(--set dist.ps.ssp_reads="$option") ;;
       predict) variant+=(--set dist.ps.predict_weights=true) ;;
       ssp[0-9]*) variant+=(--set dist.ps.consistency=ssp --set dist.ps.staleness="${option#ssp}") ;;

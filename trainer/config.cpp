@@ -253,6 +253,16 @@ void validate_sections(const Config& config, const toml::table& root,
                              "\"{}\": use \"sgd\", or ssp_reads = \"newest\"",
                              config.optim.name));
   }
+  if (config.dist.strategy == dist::StrategyKind::kPs && config.dist.ps.transport == "p2p" &&
+      (config.optim.name == "lars" || config.optim.name == "lamb")) {
+    // Their trust ratios need every server's share of a tensor's norm at once: a collective
+    // the servers of the p2p transport, each stepping on its own thread, do not run.
+    problems.add("dist.ps.transport", source_of(root, "dist.ps.transport"),
+                 fmt::format("\"p2p\" with optim.name = \"{}\": its norms span the servers; "
+                             "use transport \"collectives\" or \"messages\", or \"sgd\" "
+                             "or \"adamw\"",
+                             config.optim.name));
+  }
   if (config.model.name == "simple_cnn" && config.model.zero_init_residual) {
     warnings.add("model.zero_init_residual", source_of(root, "model.zero_init_residual"),
                  "has no effect on simple_cnn (it has no residual blocks)");

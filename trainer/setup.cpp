@@ -162,7 +162,15 @@ RunSetup build_run(const Config& config) {
   const bool ssp_over_collectives = config.dist.strategy == dist::StrategyKind::kPs &&
                                     ps.consistency == "ssp" && ps.staleness > 0 &&
                                     ps.use_collectives(/*on_gpus=*/true);
-  if (!ssp_over_collectives) setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", /*overwrite=*/0);
+  // Over point-to-point links every stream needs a queue of its own: a receive posted before
+  // its peer's send would otherwise hold up the work queued behind it (dist/ps/peer.h).
+  const bool p2p = config.dist.strategy == dist::StrategyKind::kPs &&
+                   dist::ps_uses_p2p(ps, /*on_gpus=*/true);
+  if (p2p) {
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
+  } else if (!ssp_over_collectives) {
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", /*overwrite=*/0);
+  }
   RunSetup setup;
   setup.world = dist::init_world();
   log::configure(setup.world.rank, log::Level::kInfo);

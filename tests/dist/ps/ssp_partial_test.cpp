@@ -1,10 +1,12 @@
-// SSP with partial reads (dist.ps.ssp_reads = "partial", the messages transport): once all
-// workers but one have pushed a round, the servers send it stepped with those pushes alone.
-// Held here to: the shard's preview is SGD's step to 1e-12 and changes nothing; every read a
-// worker makes at step t is a whole version v in [t - k, t] or such a round v (round t too,
-// which a straggler reads before it pushes its own share), computed from the pushes with
-// torch's own SGD (1e-12); the rounds applied stay the average of every push; a slowed
-// worker makes the others read its rounds in progress; SSP(0) stays BSP bit for bit.
+// SSP with partial reads (dist.ps.ssp_reads = "partial"): the servers send rounds in
+// progress, stepped with the pushes in so far; over the messages transport once all workers
+// but one have pushed, over p2p at every push. Held here to: the shard's preview is SGD's
+// step to 1e-12 and changes nothing; every read a worker makes at step t is a whole version v
+// in [t - k, t] or such a round v (round t too, which a straggler reads before it pushes its
+// own share), computed from the pushes with torch's own SGD (1e-12); the rounds applied stay
+// the average of every push; a slowed worker makes the others read its rounds in progress;
+// SSP(0) stays BSP bit for bit.
+#include "dist/ps/peer.h"
 #include "dist/ps/piece_state.h"
 #include "dist/ps/plan.h"
 #include "dist/ps/ps.h"
@@ -18,6 +20,7 @@
 #include <limits>
 
 using dtrain::dist::PsOptions;
+using dtrain::dist::PsPeerStrategy;
 using dtrain::dist::PsShard;
 using dtrain::dist::PsStrategy;
 using namespace equivalence;
@@ -53,52 +56,23 @@ PsOptions partial_options(int64_t staleness) {
   return ps;
 }
 
-}  // namespace
-
-TEST_CASE("ps shard: a preview is the step SGD would take, and changes nothing", "[dist][ps]") {
-  const bool nesterov = GENERATE(false, true);
-  const double momentum = GENERATE(0.0, 0.9);
-  if (nesterov && momentum == 0.0) return;
-  INFO("momentum " << momentum << (nesterov ? ", nesterov" : ""));
-  auto options = optimizer_options("sgd");
-  options.momentum = momentum;
-  options.nesterov = nesterov;
-  Net net = make_net();
-  const std::vector<torch::Tensor> params = net->parameters();
-  std::vector<int64_t> numels;
-  for (const torch::Tensor& param : params) numels.push_back(param.numel());
-  // Chunks of 50 elements split tensors; the biases take no decay (their own group).
-  const auto plan = dtrain::dist::make_ps_plan(numels, 1, 50, false);
-  const auto no_sum = [](torch::Tensor values) { return values; };
-  PsShard previewed(plan, 0, params, device(), factory(options), no_sum, false);
-  PsShard plain(plan, 0, params, device(), factory(options), no_sum, false);
-  auto gen = at::detail::createCPUGenerator(7);
-  for (int step = 0; step < 3; ++step) {  // the first step makes the momentum buffers
-    const torch::Tensor grads =
-        at::randn({previewed.numel()}, gen, torch::kFloat64).to(device());
-    previewed.grads().copy_(grads);
-    plain.grads().copy_(grads);
-    const torch::Tensor preview = previewed.preview(options.lr);
-    CHECK(previewed.version() == step);
-    previewed.step(options.lr);
-    plain.step(options.lr);
-    CHECK((preview - previewed.params()).abs().max().item<double>() < kTolerance);
-    CHECK(torch::equal(previewed.params(), plain.params()));
-  }
-  PsShard adam(plan, 0, params, device(), factory(optimizer_options("adamw")), no_sum, false);
-  CHECK_THROWS_WITH(adam.preview(0.1), Catch::Contains("SGD's update only"));
+PsOptions p2p_options(const std::string& consistency, int64_t staleness, int64_t chunk = 1000) {
+  PsOptions ps = ps_options("colocated", 1, chunk, consistency, staleness);
+  ps.ssp_reads = "partial";
+  ps.transport = "p2p";
+  return ps;
 }
 
-TEST_CASE("ps SSP with partial reads: each read is a version within k or a round in progress",
-          "[dist][ps]") {
-  const int64_t k = GENERATE(1, 2);
-  INFO("k = " << k);
+// Trains with `strategy` (partial reads at staleness k, rank 1 slowed) and checks every read
+// against the rounds one process applies: a whole round, or one with some workers' pushes.
+// `fewest`: the fewest pushes a round in progress is sent with.
+template <class Strategy>
+void check_partial_reads(Strategy& strategy, int64_t k, int fewest) {
   const auto options = optimizer_options("sgd");
   const int n = world()->size();
   const int rank = world()->rank();
   const Data data = make_data(n);
   Net net = make_net();
-  PsStrategy strategy(partial_options(k), world(), 60.0);
   strategy.attach(*net, factory(options));
   std::vector<torch::Tensor> params = net->parameters();
   std::vector<torch::Tensor> reads, pushes;
@@ -158,8 +132,8 @@ TEST_CASE("ps SSP with partial reads: each read is a version within k or a round
   }
   CHECK((flat(params) - versions.back()).abs().max().item<double>() < kTolerance);
 
-  // Round v stepped with every push but worker `missing`'s, by torch's SGD on a copy.
-  const auto partial_round = [&](int64_t v, int missing) {
+  // Round v stepped with the pushes of the workers in mask `in`, by torch's SGD on a copy.
+  const auto partial_round = [&](int64_t v, int in) {
     Net copy = make_net();
     std::vector<torch::Tensor> copy_params = copy->parameters();
     unflatten(versions[static_cast<size_t>(v)], copy_params);
@@ -173,7 +147,7 @@ TEST_CASE("ps SSP with partial reads: each read is a version within k or a round
     }
     torch::Tensor sum = torch::zeros_like(versions.front());
     for (int r = 0; r < n; ++r) {
-      if (r != missing) sum += pushed[r][v];
+      if (in & (1 << r)) sum += pushed[r][v];
     }
     std::vector<torch::Tensor> grads;
     for (const torch::Tensor& param : copy_params) grads.push_back(torch::zeros_like(param));
@@ -189,9 +163,10 @@ TEST_CASE("ps SSP with partial reads: each read is a version within k or a round
         closest = std::min(
             closest, (read[r][t] - versions[static_cast<size_t>(v)]).abs().max().item<double>());
         // Round t too: a straggler reads the others' pushes of its own step before it pushes.
-        for (int missing = 0; missing < n && v < kSteps; ++missing) {
-          closest = std::min(closest,
-                             (read[r][t] - partial_round(v, missing)).abs().max().item<double>());
+        for (int in = 1; in + 1 < (1 << n) && v < kSteps; ++in) {
+          if (__builtin_popcount(static_cast<unsigned>(in)) < fewest) continue;
+          const torch::Tensor round = partial_round(v, in);
+          closest = std::min(closest, (read[r][t] - round).abs().max().item<double>());
         }
       }
       INFO("worker " << r << ", step " << t);
@@ -199,6 +174,58 @@ TEST_CASE("ps SSP with partial reads: each read is a version within k or a round
     }
   }
   world()->barrier();
+}
+
+}  // namespace
+
+TEST_CASE("ps shard: a preview is the step SGD would take, and changes nothing", "[dist][ps]") {
+  const bool nesterov = GENERATE(false, true);
+  const double momentum = GENERATE(0.0, 0.9);
+  if (nesterov && momentum == 0.0) return;
+  INFO("momentum " << momentum << (nesterov ? ", nesterov" : ""));
+  auto options = optimizer_options("sgd");
+  options.momentum = momentum;
+  options.nesterov = nesterov;
+  Net net = make_net();
+  const std::vector<torch::Tensor> params = net->parameters();
+  std::vector<int64_t> numels;
+  for (const torch::Tensor& param : params) numels.push_back(param.numel());
+  // Chunks of 50 elements split tensors; the biases take no decay (their own group).
+  const auto plan = dtrain::dist::make_ps_plan(numels, 1, 50, false);
+  const auto no_sum = [](torch::Tensor values) { return values; };
+  PsShard previewed(plan, 0, params, device(), factory(options), no_sum, false);
+  PsShard plain(plan, 0, params, device(), factory(options), no_sum, false);
+  auto gen = at::detail::createCPUGenerator(7);
+  for (int step = 0; step < 3; ++step) {  // the first step makes the momentum buffers
+    const torch::Tensor grads =
+        at::randn({previewed.numel()}, gen, torch::kFloat64).to(device());
+    previewed.grads().copy_(grads);
+    plain.grads().copy_(grads);
+    const torch::Tensor preview = previewed.preview(options.lr);
+    CHECK(previewed.version() == step);
+    previewed.step(options.lr);
+    plain.step(options.lr);
+    CHECK((preview - previewed.params()).abs().max().item<double>() < kTolerance);
+    CHECK(torch::equal(previewed.params(), plain.params()));
+  }
+  PsShard adam(plan, 0, params, device(), factory(optimizer_options("adamw")), no_sum, false);
+  CHECK_THROWS_WITH(adam.preview(0.1), Catch::Contains("SGD's update only"));
+}
+
+TEST_CASE("ps SSP with partial reads: each read is a version within k or a round in progress",
+          "[dist][ps]") {
+  const int64_t k = GENERATE(1, 2);
+  INFO("k = " << k);
+  PsStrategy strategy(partial_options(k), world(), 60.0);
+  check_partial_reads(strategy, k, world()->size() - 1);  // once all workers but one are in
+}
+
+TEST_CASE("ps over p2p, partial reads: each read is a version within k or a round in progress",
+          "[dist][ps]") {
+  const int64_t k = GENERATE(1, 2);
+  INFO("k = " << k);
+  PsPeerStrategy strategy(p2p_options("ssp", k), world(), 60.0);
+  check_partial_reads(strategy, k, 1);  // at every push
 }
 
 TEST_CASE("ps SSP(0) with partial reads is BSP, bit for bit", "[dist][ps]") {

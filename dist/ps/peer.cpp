@@ -1,0 +1,424 @@
+#include "dist/ps/peer.h"
+
+#include "common/error.h"
+#include "common/log.h"
+#include "dist/optimizer_state.h"
+#include "dist/ps/whole_state.h"
+
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <thread>
+
+namespace dtrain::dist {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr int kTag = 0;  // each link carries one kind of message, matched in order
+// The most streams a GPU gives a hardware queue of its own (CUDA_DEVICE_MAX_CONNECTIONS).
+constexpr int kHardwareQueues = 32;
+
+c10::Stream compute_stream(c10::Device device) {
+  return c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(device);
+}
+
+// The sends of a bucket's chunks; wait() is the reducer's before the next backward writes
+// the bucket.
+class PushWork : public Work {
+ public:
+  PushWork(std::vector<std::unique_ptr<Work>> sends, std::shared_ptr<const TimePoint> when)
+      : sends_(std::move(sends)), when_(std::move(when)) {}
+  void wait() override {
+    for (const auto& send : sends_) send->wait();
+  }
+  bool test() override {
+    bool done = true;
+    for (const auto& send : sends_) done = send->test() && done;
+    return done;
+  }
+  std::shared_ptr<const TimePoint> started() const override { return when_; }
+  std::shared_ptr<const TimePoint> finished() const override { return when_; }
+  int source() const override { return -1; }
+
+ private:
+  std::vector<std::unique_ptr<Work>> sends_;
+  std::shared_ptr<const TimePoint> when_;
+};
+
+}  // namespace
+
+PsPeerStrategy::PsPeerStrategy(PsOptions options, std::shared_ptr<Communicator> world,
+                               double timeout_s)
+    : ReplicatedStrategy(std::move(world)), options_(std::move(options)), timeout_s_(timeout_s) {
+  if (options_.placement != "colocated" || options_.consistency == "async" ||
+      options_.hierarchical) {
+    throw UserError(fmt::format(
+        "dist.ps.transport = \"p2p\" serves colocated bsp and ssp without a hierarchy; this "
+        "run has placement \"{}\", consistency \"{}\"{}: use transport \"messages\"",
+        options_.placement, options_.consistency,
+        options_.hierarchical ? " and hierarchical = true" : ""));
+  }
+  const bool ssp = options_.consistency == "ssp";
+  if (ssp && (options_.ssp_reads == "exact" || options_.predict_weights)) {
+    throw UserError(
+        "dist.ps.transport = \"p2p\" reads the newest rounds that have arrived: ssp_reads = "
+        "\"exact\" and predict_weights = true need transport \"collectives\"");
+  }
+  staleness_ = ssp ? options_.staleness : 0;
+  previews_ = options_.partial_reads() && staleness_ > 0;
+  per_round_ = previews_ ? comm_->size() : 1;
+  if (comm_->device().is_cuda()) {
+    const int needed = 4 * (comm_->size() - 1) + 2;  // the links, compute and the server
+    const char* set = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    if (needed > kHardwareQueues) {
+      throw UserError(fmt::format(
+          "dist.ps.transport = \"p2p\" on GPUs serves at most 8 workers (each of a GPU's "
+          "{} streams needs a hardware queue of its own, of 32); this run has {}: use "
+          "transport \"collectives\" or \"messages\"",
+          needed, comm_->size()));
+    }
+    if (set == nullptr || std::atoi(set) < needed) {
+      throw UserError(fmt::format(
+          "dist.ps.transport = \"p2p\" on GPUs needs CUDA_DEVICE_MAX_CONNECTIONS of at least {} "
+          "(a receive waiting for a peer must not hold up the work queued behind it), set "
+          "before CUDA starts, as the trainer does; here it is {}",
+          needed, set ? set : "unset (8)"));
+    }
+    server_stream_ =
+        c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStreamFromGlobalPool(
+            comm_->device());
+  }
+}
+
+PsPeerStrategy::~PsPeerStrategy() = default;
+
+void PsPeerStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) {
+  hold(model);
+  require_one_dtype(params_, names_, "ps");
+  make_optimizer_ = make_optimizer;
+  const int workers = comm_->size();
+  const int me = comm_->rank();
+
+  std::vector<int64_t> numels;
+  for (const torch::Tensor& param : params_) numels.push_back(param.numel());
+  const int64_t element_size = static_cast<int64_t>(params_.front().element_size());
+  const int64_t chunk_numel =
+      std::max<int64_t>(1, static_cast<int64_t>(options_.chunk_mb * kMiB) / element_size);
+  plan_ = make_ps_plan(numels, workers, chunk_numel, /*keep_tensors_whole=*/false);
+  if (me == 0) {
+    const std::string described = plan_.describe(names_, element_size);
+    log::info("{} workers, {} consistency{}, over point-to-point links; {}", workers,
+              options_.consistency,
+              staleness_ > 0 ? fmt::format(" (staleness {}, {} reads)", staleness_,
+                                           options_.ssp_reads)
+                             : std::string(),
+              described.substr(0, described.find("  chunk ")));
+    log::debug("{}", described);
+  }
+  const PsShard::ServerSum no_sum = [](torch::Tensor) -> torch::Tensor {
+    throw UserError("dist.ps.transport = \"p2p\" steps SGD only: norms over the servers "
+                    "(LARS, LAMB) need transport \"collectives\"");
+  };
+  shard_ = std::make_unique<PsShard>(plan_, me, params_, params_.front().device(),
+                                     make_optimizer, no_sum, /*whole_tensors=*/false);
+  param_flat_ = move_into_buckets(params_, plan_.layout);
+  ReducerOptions reducer;
+  reducer.owner = "ps";
+  reducer.find_unused = true;  // a parameter without gradient pushes zeros
+  CommHook* hook = this;
+  reducer_ = std::make_unique<GradientReducer>(params_, names_, comm_, *hook, reducer,
+                                               plan_.layout);
+
+  server_numel_ = plan_.server_numel();
+  offset_in_server_.assign(plan_.chunks.size(), 0);
+  for (int s = 0; s < workers; ++s) {
+    int64_t offset = 0;
+    for (const int64_t c : plan_.chunks_of(s)) {
+      offset_in_server_[static_cast<size_t>(c)] = offset;
+      offset += plan_.chunks[static_cast<size_t>(c)].numel;
+    }
+  }
+  links_ = make_peer_links(*comm_);
+  // A read at clock c takes a message of round c - k - 1 or newer; the receives of round c
+  // are posted after it, into the slots of messages no later read can want.
+  const int64_t slots = per_round_ * (staleness_ + 1);
+  pull_slots_.resize(static_cast<size_t>(workers));
+  pulls_.resize(static_cast<size_t>(workers));
+  read_index_.assign(static_cast<size_t>(workers), -1);
+  for (int s = 0; s < workers; ++s) {
+    if (s == me || server_numel_[static_cast<size_t>(s)] == 0) continue;
+    for (int64_t i = 0; i < slots; ++i) {
+      pull_slots_[static_cast<size_t>(s)].push_back(
+          torch::zeros({server_numel_[static_cast<size_t>(s)]}, param_flat_.front().options()));
+    }
+  }
+  if (shard_->numel() > 0) {
+    server_ = std::make_unique<PsPeerServer>(me, links_, *shard_, staleness_, previews_,
+                                             timeout_s_, server_stream_);
+  }
+  buffer_sync_ = std::make_unique<BufferSync>(buffers_, comm_, BufferPolicy::kAverage);
+}
+
+size_t PsPeerStrategy::plan_bucket(const Bucket& bucket) const {
+  const auto b = static_cast<size_t>(
+      std::find_if(plan_.layout.begin(), plan_.layout.end(),
+                   [&](const BucketLayout& layout) { return layout == bucket.layout; }) -
+      plan_.layout.begin());
+  DTRAIN_CHECK(b < plan_.layout.size(), "ps: a bucket the plan does not know");
+  return b;
+}
+
+torch::Tensor PsPeerStrategy::own_push() {
+  if (!own_push_.defined()) own_push_ = torch::empty_like(shard_->params());
+  return own_push_;
+}
+
+std::unique_ptr<Work> PsPeerStrategy::launch(Bucket& bucket) {
+  const size_t b = plan_bucket(bucket);
+  std::vector<std::unique_ptr<Work>> sends;
+  torch::NoGradGuard no_grad;
+  for (int64_t c = plan_.first_chunk[b]; c < plan_.first_chunk[b + 1]; ++c) {
+    const PsChunk& chunk = plan_.chunks[static_cast<size_t>(c)];
+    const torch::Tensor grads = bucket.flat.narrow(0, chunk.offset, chunk.numel);
+    if (chunk.server == comm_->rank()) {
+      shard_->chunk_of(own_push(), c).copy_(grads);
+    } else {
+      const PsPeerLinks& link = links_[static_cast<size_t>(chunk.server)];
+      sends.push_back(link.push_out->send(grads, link.peer, kTag));
+    }
+  }
+  for (const auto& send : sends) send->test();  // launches them
+  return std::make_unique<PushWork>(std::move(sends), comm_->now());
+}
+
+void PsPeerStrategy::after_backward(bool last_micro_step) {
+  reducer_->after_backward(last_micro_step, current_);
+  if (last_micro_step) current_.set_backward_end(comm_->now());
+}
+
+void PsPeerStrategy::step(double lr) {
+  reducer_->after_step();
+  const int me = comm_->rank();
+  const torch::Tensor trailer =
+      torch::full({1}, lr, param_flat_.front().options().dtype(torch::kFloat64));
+  for (int s = 0; s < comm_->size(); ++s) {
+    if (s == me || server_numel_[static_cast<size_t>(s)] == 0) continue;
+    const PsPeerLinks& link = links_[static_cast<size_t>(s)];
+    sends_.push_back(link.push_out->send(trailer, link.peer, kTag));
+    sends_.back()->test();
+  }
+  if (server_) {
+    PsPeerHandoff push{clock_, own_push(), nullptr, lr};
+    if (server_stream_) {
+      push.ready = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
+      push.ready->record(compute_stream(comm_->device()));
+    }
+    server_->push_own(std::move(push));
+    own_push_ = torch::Tensor();
+  }
+  // This round's messages, posted now (on NCCL after the compute issued so far, so after
+  // the last read of the slots they take).
+  for (int s = 0; s < comm_->size(); ++s) {
+    auto& slots = pull_slots_[static_cast<size_t>(s)];
+    if (slots.empty()) continue;
+    const PsPeerLinks& link = links_[static_cast<size_t>(s)];
+    for (int64_t i = 0; i < per_round_; ++i) {
+      const int64_t index = clock_ * per_round_ + i;
+      const torch::Tensor& slot = slots[static_cast<size_t>(index % static_cast<int64_t>(slots.size()))];
+      pulls_[static_cast<size_t>(s)].push_back({index, link.pull_in->recv(slot, link.peer, kTag)});
+      pulls_[static_cast<size_t>(s)].back().work->test();
+    }
+  }
+  sends_.erase(std::remove_if(sends_.begin(), sends_.end(),
+                              [](const std::unique_ptr<Work>& send) { return send->test(); }),
+               sends_.end());
+  ++clock_;
+  end_step_record();
+  last_waits_ = std::move(waits_);
+  waits_.clear();
+}
+
+int64_t PsPeerStrategy::whole_round_message(int64_t clock) const {
+  return clock <= 0 ? -1 : clock * per_round_ - 1;
+}
+
+void PsPeerStrategy::before_forward(int64_t step) {
+  (void)step;
+  const auto start = comm_->now();
+  if (server_stream_ && staleness_ > 0) {
+    // The host chooses what to read: it must see what has arrived by the time the forward
+    // runs, not when it was queued.
+    compute_stream(comm_->device()).synchronize();
+  }
+  read(whole_round_message(clock_ - staleness_));
+  waits_.emplace_back(start, comm_->now());
+}
+
+int64_t PsPeerStrategy::newest_arrived(int s, int64_t least) {
+  std::deque<Pull>& pulls = pulls_[static_cast<size_t>(s)];
+  const auto newest = [&] {
+    int64_t found = -1;
+    for (Pull& pull : pulls) {
+      if (pull.work->test()) found = pull.index;
+    }
+    return found;
+  };
+  int64_t found = newest();
+  if (found < least) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+    while ((found = newest()) < least) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw UserError(fmt::format(
+            "ps: rank {} waited {} s (dist.timeout_s) for round {} from the server on rank {}, "
+            "which has not sent it (a worker that stopped pushing?)",
+            comm_->rank(), timeout_s_, least / per_round_, s));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+  // What is older than the message read is done with (on NCCL it has completed: in order).
+  while (!pulls.empty() && pulls.front().index < found && pulls.front().work->test()) {
+    pulls.pop_front();
+  }
+  return found;
+}
+
+void PsPeerStrategy::copy_in(int s, const torch::Tensor& values) {
+  torch::NoGradGuard no_grad;
+  for (const int64_t c : plan_.chunks_of(s)) {
+    const PsChunk& chunk = plan_.chunks[static_cast<size_t>(c)];
+    param_flat_[static_cast<size_t>(chunk.bucket)]
+        .narrow(0, chunk.offset, chunk.numel)
+        .copy_(values.narrow(0, offset_in_server_[static_cast<size_t>(c)], chunk.numel));
+  }
+}
+
+void PsPeerStrategy::read(int64_t least) {
+  const int me = comm_->rank();
+  int64_t oldest = std::numeric_limits<int64_t>::max();
+  int64_t total = 0, partial = 0;
+  for (int s = 0; s < comm_->size(); ++s) {
+    const int64_t numel = server_numel_[static_cast<size_t>(s)];
+    if (numel == 0) continue;
+    int64_t& held = read_index_[static_cast<size_t>(s)];
+    if (s == me) {
+      if (least >= 0 || server_->newest_message() > held) {
+        const PsPeerHandoff message = server_->own_message(std::max(least, held));
+        if (message.index > held) {
+          if (message.ready) {
+            const c10::Stream compute = compute_stream(comm_->device());
+            message.ready->block(compute);
+            message.values.record_stream(compute);
+          }
+          copy_in(s, message.values);
+          held = message.index;
+        }
+      }
+    } else {
+      const int64_t found = newest_arrived(s, least);
+      if (found > held) {
+        const auto& slots = pull_slots_[static_cast<size_t>(s)];
+        copy_in(s, slots[static_cast<size_t>(found % static_cast<int64_t>(slots.size()))]);
+        held = found;
+      }
+    }
+    const int64_t version = held < 0 ? 0 : held / per_round_ + 1;
+    oldest = std::min(oldest, version);
+    total += numel;
+    if (previews_ && held >= 0 && held % per_round_ != per_round_ - 1) partial += numel;
+  }
+  last_staleness_ = clock_ - oldest;
+  max_staleness_ = std::max(max_staleness_, last_staleness_);
+  last_partial_reads_ = total > 0 ? static_cast<double>(partial) / static_cast<double>(total) : 0.0;
+}
+
+void PsPeerStrategy::sync_point() {
+  // Every worker is at this clock: the newest message is the last whole round.
+  read(whole_round_message(clock_));
+  if (comm_->size() > 1) buffer_sync_->sync(current_);
+}
+
+void PsPeerStrategy::finish() {
+  if (finished_) return;
+  finished_ = true;
+  sync_point();
+  // Each server has posted the receives of step clock_: zeros and a NaN trailer end this
+  // worker's part, and its thread ends once every worker's has.
+  const int me = comm_->rank();
+  const auto options = param_flat_.front().options();
+  for (int s = 0; s < comm_->size(); ++s) {
+    if (s == me || server_numel_[static_cast<size_t>(s)] == 0) continue;
+    const PsPeerLinks& link = links_[static_cast<size_t>(s)];
+    for (const int64_t c : plan_.chunks_of(s)) {
+      sends_.push_back(link.push_out->send(
+          torch::zeros({plan_.chunks[static_cast<size_t>(c)].numel}, options), link.peer, kTag));
+    }
+    sends_.push_back(link.push_out->send(
+        torch::full({1}, std::numeric_limits<double>::quiet_NaN(), options.dtype(torch::kFloat64)),
+        link.peer, kTag));
+    sends_.back()->test();
+  }
+  if (server_) {
+    server_->push_own({clock_, torch::Tensor(), nullptr, std::numeric_limits<double>::quiet_NaN()});
+    server_->join();
+  }
+  for (const auto& send : sends_) send->wait();
+  sends_.clear();
+}
+
+NamedTensors PsPeerStrategy::model_state() {
+  sync_point();
+  return module_state(*model_);
+}
+
+void PsPeerStrategy::load_model_state(const NamedTensors& state) {
+  copy_state(state, module_state(*model_));
+  shard_->set_params(params_);
+}
+
+void PsPeerStrategy::prepare_checkpoint() {
+  sync_point();
+  gathered_ = gather_states_on_rank0(*comm_, shard_->state());  // only rank 0 writes
+}
+
+void PsPeerStrategy::save(const std::string& dir) const {
+  DTRAIN_CHECK(static_cast<int>(gathered_.size()) == comm_->size(),
+               "ps: save() without prepare_checkpoint() on every rank");
+  save_optimizer(*whole_optimizer(plan_, params_, make_optimizer_, gathered_), dir);
+  std::ofstream plan(dir + "/ps_plan.txt");
+  plan << plan_.describe(names_, static_cast<int64_t>(params_.front().element_size()));
+  if (!plan) throw UserError(fmt::format("{}/ps_plan.txt: cannot write", dir));
+}
+
+void PsPeerStrategy::load(const std::string& dir) {
+  // Every rank reads the whole state and keeps its pieces.
+  std::unique_ptr<torch::optim::Optimizer> whole = make_optimizer_(params_);
+  load_optimizer_state(dir, params_, 0, static_cast<int64_t>(params_.size()), make_optimizer_,
+                       *whole);
+  shard_->load_state(server_state(plan_, comm_->rank(), params_, whole.get()));
+  shard_->set_params(params_);
+}
+
+Stats PsPeerStrategy::stats() const {
+  double wait_ms = 0.0;
+  for (const auto& [start, end] : last_waits_) wait_ms += measured_ms(*start, *end);
+  Stats stats = {{"memory/optimizer_state_mb", shard_->optimizer_state_mb()},
+                 {"ps/wait_ms", wait_ms},
+                 {"ps/staleness", static_cast<double>(last_staleness_)},
+                 {"ps/staleness_max", static_cast<double>(max_staleness_)}};
+  if (previews_) stats.push_back({"ps/partial_reads", last_partial_reads_});
+  if (!last_.empty()) {
+    for (Stat& stat : last_.stats()) stats.push_back(std::move(stat));
+  }
+  return stats;
+}
+
+}  // namespace dtrain::dist

@@ -1,0 +1,30 @@
+// The communicators of the parameter server's point-to-point transport (dist/ps/peer.h): four
+// between every two ranks, one per direction and role, so that nothing one of them waits for
+// holds up another. On NCCL each has a stream of its own, and a receive posted on one (a
+// worker waiting for a round its server has not finished) never delays a send on another
+// (that worker's pushes of the next step).
+#pragma once
+
+#include "dist/comm/communicator.h"
+
+#include <memory>
+#include <vector>
+
+namespace dtrain::dist {
+
+struct PsPeerLinks {
+  // This rank's worker side, used by the main thread.
+  std::shared_ptr<Communicator> push_out;  // its gradients to the peer's server
+  std::shared_ptr<Communicator> pull_in;   // the peer server's parameters to it
+  // This rank's server side, used by the server's thread.
+  std::shared_ptr<Communicator> push_in;   // the peer worker's gradients to it
+  std::shared_ptr<Communicator> pull_out;  // its parameters to the peer worker
+  int peer = 0;  // the peer's rank in each of the four
+};
+
+// Links to every other rank of `world`, indexed by world rank (this rank's own entry empty).
+// Collective over `world`: the pairs are formed in rounds (a round-robin tournament), each
+// round one split of the world into pairs, then three duplicates of each pair.
+std::vector<PsPeerLinks> make_peer_links(Communicator& world);
+
+}  // namespace dtrain::dist
