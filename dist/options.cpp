@@ -71,8 +71,8 @@ void PsOptions::declare(OptionSpecs& keys) {
   keys.add("ssp_reads", &ssp_reads,
            "ssp: newest, the newest version that has arrived (at least clock - staleness); "
            "exact (collectives), always clock - staleness (reproducible, always that stale); "
-           "partial (messages, optim.name = \"sgd\"), also a round in progress once all "
-           "workers but one have pushed it")
+           "partial (messages or p2p, optim.name = \"sgd\"), also a round in progress: "
+           "over messages once all workers but one have pushed it, over p2p at every push")
       .one_of({"newest", "exact", "partial"});
   keys.add("predict_weights", &predict_weights,
            "ssp over collectives: a read s steps stale takes w + s (w - w_previous), its "
