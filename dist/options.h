@@ -86,18 +86,21 @@ struct PsOptions {
   // ssp: "newest", a worker reads the newest version that has arrived, never one older than
   // its clock - staleness; "exact" (collectives), always clock - staleness, the same version
   // on every run and every rank (reproducible, but every read is `staleness` steps old even
-  // when nobody is slow); "partial" (messages, SGD), also the round in progress once every
-  // worker but one has pushed it: the servers send it stepped with the pushes in, so only a
-  // straggler's share is missing from a read, not a whole round (dist/ps/server.h).
+  // when nobody is slow); "partial" (messages or p2p, SGD), also rounds in progress: the
+  // servers send them stepped with the pushes in so far (over messages once every worker but
+  // one has pushed, over p2p at every push), so only the late workers' shares are missing
+  // from a read, not a whole round (dist/ps/server.h, dist/ps/peer_server.h).
   std::string ssp_reads = "newest";
   // ssp over collectives: a forward s steps stale reads w_v + s (w_v - w_{v-1}), version v's
   // last step taken s more times (weight prediction, SpecTrain: Chen et al. 2018), the
   // parameters it would have read without the staleness, to first order.
   bool predict_weights = false;
-  // How pushes and pulls travel (dist/ps/collective.h): "messages", point-to-point through
-  // host memory (any placement and consistency); "collectives", reduces onto the servers
-  // and broadcasts from them on the device (colocated bsp and ssp); "auto", collectives where
-  // they serve on GPUs, messages otherwise.
+  // How pushes and pulls travel (dist/ps/collective.h, dist/ps/peer.h): "messages",
+  // point-to-point through host memory (any placement and consistency); "collectives",
+  // reduces onto the servers and broadcasts from them on the device (colocated bsp and ssp);
+  // "p2p", point-to-point on the device with a server thread per rank (colocated bsp and ssp,
+  // SGD or AdamW); "auto", on GPUs p2p for partial reads and collectives where they serve,
+  // messages otherwise.
   std::string transport = "auto";
   // Messages transport, bsp and ssp: the workers of each node (dist/comm/nodes.h) reduce
   // their gradients onto the node's lowest worker rank, which alone pushes, pulls and

@@ -12,10 +12,11 @@
 # batches, which each worker can only memorise.
 # "dedicated" runs one CPU server rank beside the GPU workers (NCCL over the workers alone):
 # the dry run, bsp, ssp and async, SyncBatchNorm, and a checkpoint resumed.
-#   usage: scripts/gpu_ps_check.sh OUT_DIR [build|bench|straggler|real|dedicated|all]
+#   usage: scripts/gpu_ps_check.sh OUT_DIR [build|bench|straggler|real|p2p|dedicated|all]
 #          (default all; after scripts/prepare_gpu_deps.sh brought .deps; bench: the uniform
-#          runs, straggler: the slowed ones, real: the Fashion-MNIST ones, dedicated: the
-#          server rank beside the GPUs, each on a build made)
+#          runs, straggler: the slowed ones, real: the Fashion-MNIST ones, p2p: the
+#          point-to-point transport's, dedicated: the server rank beside the GPUs, each on a
+#          build made)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$1 what=${2:-all}
@@ -87,6 +88,30 @@ if [ "$what" = real ] || [ "$what" = all ]; then
     "${real_set[@]}" | tee "$out/real.md"
   scripts/time_to_loss.py "$out/real" 1.0 0.7 0.5 0.4 0.35 0.3 | tee "$out/real.time_to_loss.md"
   for log in "$out"/real/*.log; do echo "$(basename "$log" .log): $(grep -h "final test" "$log")"; done
+fi
+
+if [ "$what" = p2p ] || [ "$what" = all ]; then
+  # The point-to-point transport (dist.ps.transport = "p2p"): its throughput without a
+  # straggler beside ddp and bsp over collectives, then the issue's point on real data: the
+  # workers slowed 1.5x in turn, SSP(2) with partial reads against BSP and DDP to a training
+  # loss, at momentum 0.5 (BSP's best in the runs of 2026-11-27).
+  p2p_steps=${P2P_STEPS:-300}
+  echo "== ResNet-50 bf16 on $gpus GPUs, 60 steps: the p2p transport"
+  scripts/sweep_strategies.sh build-gpu "$out/p2p_uniform" --ranks "$gpus" --steps 60 \
+    --repeat 1 --config configs/resnet50_ps.toml \
+    --strategies "${P2P_UNIFORM:-ddp:param ps:bsp ps:bsp+p2p ps:ssp2+p2p+partial}" \
+    | tee "$out/p2p_uniform.md"
+  data=${FASHION_MNIST:-.cache/fashion-mnist}
+  echo "== Fashion-MNIST, every worker slowed 1.5x in turn, $p2p_steps steps: p2p"
+  scripts/sweep_strategies.sh build-gpu "$out/p2p_real" --ranks "$gpus" --steps "$p2p_steps" \
+    --repeat 1 --config configs/resnet50_ps.toml \
+    --strategies "${P2P_REAL:-ddp ps:bsp ps:bsp+p2p ps:ssp2+p2p+partial ps:ssp2+p2p+newest}" \
+    --set data.dataset=fashion_mnist --set data.augment=false --set data.path="$data" \
+    --set train.eval_every=0 --set optim.momentum=0.5 --set optim.nesterov=false \
+    --set schedule.warmup_epochs=0.25 --set run.log_every=10 --set debug.slow_factor=1.5 \
+    --set "debug.slow_ranks=[$(seq -s, 0 $((gpus - 1)))]" --set debug.slow_pattern=rotating \
+    | tee "$out/p2p_real.md"
+  scripts/time_to_loss.py "$out/p2p_real" 1.0 0.7 0.5 0.4 0.35 | tee "$out/p2p_real.time_to_loss.md"
 fi
 
 if [ "$what" = dedicated ] || [ "$what" = all ]; then

@@ -382,6 +382,7 @@ NamedTensors PsPeerStrategy::model_state() {
 void PsPeerStrategy::load_model_state(const NamedTensors& state) {
   copy_state(state, module_state(*model_));
   shard_->set_params(params_);
+  if (server_) server_->after_caller();
 }
 
 void PsPeerStrategy::prepare_checkpoint() {
@@ -405,6 +406,7 @@ void PsPeerStrategy::load(const std::string& dir) {
                        *whole);
   shard_->load_state(server_state(plan_, comm_->rank(), params_, whole.get()));
   shard_->set_params(params_);
+  if (server_) server_->after_caller();
 }
 
 Stats PsPeerStrategy::stats() const {

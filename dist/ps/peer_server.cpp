@@ -40,16 +40,18 @@ PsPeerServer::PsPeerServer(int me, std::vector<PsPeerLinks> links, PsShard& shar
       timeout_s_(timeout_s),
       stream_(stream) {
   if (stream_) {
-    lr_stream_ = c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStreamFromGlobalPool(
-        stream_->device());
+    lr_stream_ = c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA)
+                     .getStreamFromGlobalPool(stream_->device());
   }
+  after_caller();  // the shard was made on the caller's stream
   grad_slots_.resize(static_cast<size_t>(workers_));
   incoming_.resize(static_cast<size_t>(workers_));
   done_.assign(static_cast<size_t>(workers_), false);
   for (int w = 0; w < workers_; ++w) {
     if (w == me_) continue;
     for (int64_t s = 0; s < slots_; ++s) {
-      grad_slots_[static_cast<size_t>(w)].push_back(torch::zeros_like(shard_.params()));
+      // Written only by receives, which the thread's stream orders.
+      grad_slots_[static_cast<size_t>(w)].push_back(torch::empty_like(shard_.params()));
     }
   }
   thread_ = std::thread([this] { run(); });
@@ -58,6 +60,14 @@ PsPeerServer::PsPeerServer(int me, std::vector<PsPeerLinks> links, PsShard& shar
 PsPeerServer::~PsPeerServer() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
+}
+
+void PsPeerServer::after_caller() {
+  if (!stream_) return;
+  const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
+  c10::Event issued(c10::DeviceType::CUDA);
+  issued.record(cuda.getStream(stream_->device()));
+  issued.block(*stream_);
 }
 
 void PsPeerServer::push_own(PsPeerHandoff push) {
@@ -171,12 +181,12 @@ bool PsPeerServer::take_arrivals() {
       in.works.clear();
       continue;
     }
+    DTRAIN_CHECK(in.step >= applied_, "ps server {}: worker {} pushed step {} after round {}",
+                 me_, w, in.step, applied_);
     Round& round = rounds_[in.step];
     round.in.resize(static_cast<size_t>(workers_), false);
     round.in[static_cast<size_t>(w)] = true;
     round.lr = lr;
-    DTRAIN_CHECK(in.step >= applied_, "ps server {}: worker {} pushed step {} after round {}",
-                 me_, w, in.step, applied_);
     post_receives(w, in.step + 1);
   }
   std::lock_guard<std::mutex> lock(mutex_);

@@ -66,6 +66,9 @@ class PsPeerServer {
 
   // Messages per round: one per worker with previews, else 1.
   int64_t per_round() const { return previews_ ? workers_ : 1; }
+  // The thread's work from now on comes after what the caller's stream has been given (a
+  // checkpoint loaded into the shard).
+  void after_caller();
   // This rank's worker: its push of a step (its chunks of this shard, laid out as the shard's
   // parameters), or that it has finished (lr NaN).
   void push_own(PsPeerHandoff push);

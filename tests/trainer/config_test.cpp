@@ -293,7 +293,7 @@ TEST_CASE("dist.ps.ssp_reads and predict_weights: ssp only", "[config]") {
             .empty());
 }
 
-TEST_CASE("dist.ps.ssp_reads = \"partial\": messages, no hierarchy, SGD", "[config]") {
+TEST_CASE("dist.ps.ssp_reads = \"partial\": messages or p2p, no hierarchy, SGD", "[config]") {
   const std::vector<std::string> partial = {"dist.strategy=ps", "dist.ps.consistency=ssp",
                                             "dist.ps.ssp_reads=partial", "optim.name=sgd"};
   CHECK(problems_of("", partial).empty());
@@ -304,12 +304,38 @@ TEST_CASE("dist.ps.ssp_reads = \"partial\": messages, no hierarchy, SGD", "[conf
   };
   std::vector<std::string> problems = with("dist.ps.transport=collectives");
   REQUIRE(problems.size() == 1);
-  CHECK(contains(problems[0], "--set dist.ps.ssp_reads: \"partial\" needs the messages "
-                              "transport without a hierarchy"));
+  CHECK(contains(problems[0], "--set dist.ps.ssp_reads: \"partial\" needs transport \"p2p\" "
+                              "or \"messages\" without a hierarchy"));
   CHECK(with("dist.ps.hierarchical=true").size() == 1);
   problems = with("optim.name=adamw");
   REQUIRE(problems.size() == 1);
   CHECK(contains(problems[0], "previews a round with SGD's update; optim.name = \"adamw\""));
+  CHECK(with("dist.ps.transport=p2p").empty());
+}
+
+TEST_CASE("dist.ps.transport = \"p2p\": colocated bsp and ssp, no norms over servers, no codec",
+          "[config]") {
+  const std::vector<std::string> p2p = {"dist.strategy=ps", "dist.ps.transport=p2p"};
+  CHECK(problems_of("", p2p).empty());
+  const auto with = [&](const std::string& setting) {
+    std::vector<std::string> settings = p2p;
+    settings.push_back(setting);
+    return problems_of("", settings);
+  };
+  std::vector<std::string> problems = with("dist.ps.consistency=async");
+  REQUIRE(problems.size() == 1);
+  CHECK(contains(problems[0], "--set dist.ps.transport: \"p2p\" serves placement "
+                              "\"colocated\" with consistency \"bsp\" or \"ssp\""));
+  CHECK(with("dist.ps.placement=dedicated").size() == 1);
+  problems = with("optim.name=lamb");
+  REQUIRE(problems.size() == 1);
+  CHECK(contains(problems[0], "\"p2p\" with optim.name = \"lamb\": its norms span the servers"));
+  problems = with("dist.compression.kind=bf16");
+  REQUIRE(problems.size() == 1);
+  CHECK(contains(problems[0], "not available over the parameter server's \"p2p\" transport"));
+  CHECK(problems_of("", {"dist.strategy=ps", "dist.ps.transport=p2p", "dist.ps.consistency=ssp",
+                         "dist.ps.ssp_reads=exact"})
+            .size() == 1);
 }
 
 TEST_CASE("autocast precisions are rejected on a CPU run", "[config]") {
