@@ -3,7 +3,6 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "dist/compression/codec_file.h"
-#include "dist/optimizer_state.h"
 #include "dist/ps/whole_state.h"
 
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -11,13 +10,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
 
 namespace dtrain::dist {
 
 namespace {
-
-constexpr double kMiB = 1024.0 * 1024.0;
 
 // What the gradient reducer waits for after a bucket's pushes are issued: nothing. The
 // reduces read a copy of the bucket (or, for bsp, the bucket itself, which the next backward
@@ -119,19 +115,14 @@ void PsCollectiveStrategy::attach(torch::nn::Module& model, const OptimizerFacto
   make_optimizer_ = make_optimizer;
   const int servers = comm_->size();
 
-  std::vector<int64_t> numels;
-  for (const torch::Tensor& param : params_) numels.push_back(param.numel());
-  const int64_t element_size = static_cast<int64_t>(params_.front().element_size());
-  const int64_t chunk_numel =
-      std::max<int64_t>(1, static_cast<int64_t>(options_.chunk_mb * kMiB) / element_size);
-  plan_ = make_ps_plan(numels, servers, chunk_numel, /*keep_tensors_whole=*/false);
+  plan_ = make_ps_plan(params_, servers, options_.chunk_mb, /*keep_tensors_whole=*/false);
   if (comm_->rank() == 0) {
-    const std::string described = plan_.describe(names_, element_size);
+    const auto element_size = static_cast<int64_t>(params_.front().element_size());
     log::info("{} workers, {} consistency{}, over collectives; {}", servers, options_.consistency,
               options_.consistency == "ssp" ? fmt::format(" (staleness {})", options_.staleness)
                                             : std::string(),
-              described.substr(0, described.find("  chunk ")));
-    log::debug("{}", described);
+              plan_.summary(names_, element_size));
+    log::debug("{}", plan_.describe(names_, element_size));
   }
   shard_ = std::make_unique<PsShard>(
       plan_, comm_->rank(), params_, params_.front().device(), make_optimizer,
@@ -145,7 +136,7 @@ void PsCollectiveStrategy::attach(torch::nn::Module& model, const OptimizerFacto
   if (compression_.enabled()) {  // the average decoded into the clock's slot
     // The casts keep the push's shape: each chunk of the cast message reduced onto its server.
     const compression::Roots servers = [this](const Bucket& bucket) {
-      const size_t b = plan_bucket(bucket);
+      const size_t b = plan_bucket(plan_, bucket);
       std::vector<compression::Root> roots;
       for (int64_t c = plan_.first_chunk[b]; c < plan_.first_chunk[b + 1]; ++c) {
         const PsChunk& chunk = plan_.chunks[c];
@@ -158,7 +149,7 @@ void PsCollectiveStrategy::attach(torch::nn::Module& model, const OptimizerFacto
         compression::make_codec(compression_, comm_, params_, compression::Share::kWhole,
                                 servers),
         comm_, compression_.warmup_steps,
-        [this](const Bucket& bucket) { return writable_grad_slot(plan_bucket(bucket)); });
+        [this](const Bucket& bucket) { return writable_grad_slot(plan_bucket(plan_, bucket)); });
     hook = codec_hook_.get();
   }
   reducer_ = std::make_unique<GradientReducer>(params_, names_, comm_, *hook, reducer,
@@ -208,15 +199,6 @@ void PsCollectiveStrategy::attach(torch::nn::Module& model, const OptimizerFacto
   buffer_sync_ = std::make_unique<BufferSync>(buffers_, comm_, BufferPolicy::kAverage);
 }
 
-size_t PsCollectiveStrategy::plan_bucket(const Bucket& bucket) const {
-  const auto b = static_cast<size_t>(
-      std::find_if(plan_.layout.begin(), plan_.layout.end(),
-                   [&](const BucketLayout& layout) { return layout == bucket.layout; }) -
-      plan_.layout.begin());
-  DTRAIN_CHECK(b < plan_.layout.size(), "ps: a bucket the plan does not know");
-  return b;
-}
-
 torch::Tensor PsCollectiveStrategy::writable_grad_slot(size_t b) {
   const size_t s = static_cast<size_t>(clock_) % grad_slots_.size();
   if (server_stream_ && grad_slots_.size() > 1) {
@@ -226,7 +208,7 @@ torch::Tensor PsCollectiveStrategy::writable_grad_slot(size_t b) {
 }
 
 std::unique_ptr<Work> PsCollectiveStrategy::launch(Bucket& bucket) {
-  const size_t b = plan_bucket(bucket);
+  const size_t b = plan_bucket(plan_, bucket);
   Slot& slot = grad_slots_[static_cast<size_t>(clock_) % grad_slots_.size()];
   const torch::Tensor flat = writable_grad_slot(b);
   if (!flat.is_same(bucket.flat)) {
@@ -463,22 +445,12 @@ void PsCollectiveStrategy::prepare_checkpoint() {
 }
 
 void PsCollectiveStrategy::save(const std::string& dir) const {
-  DTRAIN_CHECK(static_cast<int>(gathered_.size()) == comm_->size(),
-               "ps: save() without prepare_checkpoint() on every rank");
-  save_optimizer(*whole_optimizer(plan_, params_, make_optimizer_, gathered_), dir);
-  std::ofstream plan(dir + "/ps_plan.txt");
-  plan << plan_.describe(names_, static_cast<int64_t>(params_.front().element_size()));
-  if (!plan) throw UserError(fmt::format("{}/ps_plan.txt: cannot write", dir));
+  save_whole_state(dir, plan_, params_, names_, make_optimizer_, gathered_);
   if (codec_hook_) compression::write_codec_states(dir, gathered_codec_states_);
 }
 
 void PsCollectiveStrategy::load(const std::string& dir) {
-  // Every rank reads the whole state and keeps its pieces.
-  std::unique_ptr<torch::optim::Optimizer> whole = make_optimizer_(params_);
-  load_optimizer_state(dir, params_, 0, static_cast<int64_t>(params_.size()), make_optimizer_,
-                       *whole);
-  shard_->load_state(server_state(plan_, comm_->rank(), params_, whole.get()));
-  shard_->set_params(params_);
+  load_whole_state(dir, plan_, comm_->rank(), params_, make_optimizer_, *shard_);
   if (codec_hook_) {
     compression::load_codec_state(dir, codec_hook_->codec(), static_cast<int64_t>(params_.size()),
                                   comm_->rank(), comm_->size(), comm_->device());

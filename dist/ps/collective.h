@@ -113,8 +113,6 @@ class PsCollectiveStrategy : public ReplicatedStrategy, private CommHook {
   // CommHook: a complete bucket's chunks are reduced onto their servers.
   std::unique_ptr<Work> launch(Bucket& bucket) override;
   Collective collective() const override { return Collective::kReduce; }
-  // Bucket `bucket`'s index in the plan.
-  size_t plan_bucket(const Bucket& bucket) const;
   // The current clock's gradient slot of bucket `b`, free to be written (on GPUs: the
   // compute stream waits until the servers have taken the slot's last clock).
   torch::Tensor writable_grad_slot(size_t b);

@@ -2,7 +2,6 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "dist/optimizer_state.h"
 #include "dist/ps/whole_state.h"
 
 #include <c10/core/Event.h>
@@ -12,7 +11,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <limits>
 #include <thread>
 
@@ -20,7 +18,6 @@ namespace dtrain::dist {
 
 namespace {
 
-constexpr double kMiB = 1024.0 * 1024.0;
 constexpr int kTag = 0;  // each link carries one kind of message, matched in order
 // The most streams a GPU gives a hardware queue of its own (CUDA_DEVICE_MAX_CONNECTIONS).
 constexpr int kHardwareQueues = 32;
@@ -106,21 +103,16 @@ void PsPeerStrategy::attach(torch::nn::Module& model, const OptimizerFactory& ma
   const int workers = comm_->size();
   const int me = comm_->rank();
 
-  std::vector<int64_t> numels;
-  for (const torch::Tensor& param : params_) numels.push_back(param.numel());
-  const int64_t element_size = static_cast<int64_t>(params_.front().element_size());
-  const int64_t chunk_numel =
-      std::max<int64_t>(1, static_cast<int64_t>(options_.chunk_mb * kMiB) / element_size);
-  plan_ = make_ps_plan(numels, workers, chunk_numel, /*keep_tensors_whole=*/false);
+  plan_ = make_ps_plan(params_, workers, options_.chunk_mb, /*keep_tensors_whole=*/false);
   if (me == 0) {
-    const std::string described = plan_.describe(names_, element_size);
+    const auto element_size = static_cast<int64_t>(params_.front().element_size());
     log::info("{} workers, {} consistency{}, over point-to-point links; {}", workers,
               options_.consistency,
               staleness_ > 0 ? fmt::format(" (staleness {}, {} reads)", staleness_,
                                            options_.ssp_reads)
                              : std::string(),
-              described.substr(0, described.find("  chunk ")));
-    log::debug("{}", described);
+              plan_.summary(names_, element_size));
+    log::debug("{}", plan_.describe(names_, element_size));
   }
   const PsShard::ServerSum no_sum = [](torch::Tensor) -> torch::Tensor {
     throw UserError("dist.ps.transport = \"p2p\" steps SGD only: norms over the servers "
@@ -166,22 +158,13 @@ void PsPeerStrategy::attach(torch::nn::Module& model, const OptimizerFactory& ma
   buffer_sync_ = std::make_unique<BufferSync>(buffers_, comm_, BufferPolicy::kAverage);
 }
 
-size_t PsPeerStrategy::plan_bucket(const Bucket& bucket) const {
-  const auto b = static_cast<size_t>(
-      std::find_if(plan_.layout.begin(), plan_.layout.end(),
-                   [&](const BucketLayout& layout) { return layout == bucket.layout; }) -
-      plan_.layout.begin());
-  DTRAIN_CHECK(b < plan_.layout.size(), "ps: a bucket the plan does not know");
-  return b;
-}
-
 torch::Tensor PsPeerStrategy::own_push() {
   if (!own_push_.defined()) own_push_ = torch::empty_like(shard_->params());
   return own_push_;
 }
 
 std::unique_ptr<Work> PsPeerStrategy::launch(Bucket& bucket) {
-  const size_t b = plan_bucket(bucket);
+  const size_t b = plan_bucket(plan_, bucket);
   std::vector<std::unique_ptr<Work>> sends;
   torch::NoGradGuard no_grad;
   for (int64_t c = plan_.first_chunk[b]; c < plan_.first_chunk[b + 1]; ++c) {
@@ -391,21 +374,11 @@ void PsPeerStrategy::prepare_checkpoint() {
 }
 
 void PsPeerStrategy::save(const std::string& dir) const {
-  DTRAIN_CHECK(static_cast<int>(gathered_.size()) == comm_->size(),
-               "ps: save() without prepare_checkpoint() on every rank");
-  save_optimizer(*whole_optimizer(plan_, params_, make_optimizer_, gathered_), dir);
-  std::ofstream plan(dir + "/ps_plan.txt");
-  plan << plan_.describe(names_, static_cast<int64_t>(params_.front().element_size()));
-  if (!plan) throw UserError(fmt::format("{}/ps_plan.txt: cannot write", dir));
+  save_whole_state(dir, plan_, params_, names_, make_optimizer_, gathered_);
 }
 
 void PsPeerStrategy::load(const std::string& dir) {
-  // Every rank reads the whole state and keeps its pieces.
-  std::unique_ptr<torch::optim::Optimizer> whole = make_optimizer_(params_);
-  load_optimizer_state(dir, params_, 0, static_cast<int64_t>(params_.size()), make_optimizer_,
-                       *whole);
-  shard_->load_state(server_state(plan_, comm_->rank(), params_, whole.get()));
-  shard_->set_params(params_);
+  load_whole_state(dir, plan_, comm_->rank(), params_, make_optimizer_, *shard_);
   if (server_) server_->after_caller();
 }
 

@@ -81,7 +81,6 @@ class PsPeerStrategy : public ReplicatedStrategy, private CommHook {
   // CommHook: a complete bucket's chunks go to their servers.
   std::unique_ptr<Work> launch(Bucket& bucket) override;
   Collective collective() const override { return Collective::kSend; }
-  size_t plan_bucket(const Bucket& bucket) const;
   torch::Tensor own_push();
 
   // Reads each server's newest message, numbered at least `least` (-1: any).

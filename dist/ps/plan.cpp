@@ -166,4 +166,28 @@ std::vector<torch::Tensor> move_into_buckets(std::vector<torch::Tensor>& params,
   return flats;
 }
 
+std::string PsPlan::summary(const std::vector<std::string>& names, int64_t element_size) const {
+  const std::string described = describe(names, element_size);
+  return described.substr(0, described.find("  chunk "));
+}
+
+PsPlan make_ps_plan(const std::vector<torch::Tensor>& params, int servers, double chunk_mb,
+                    bool keep_tensors_whole) {
+  std::vector<int64_t> numels;
+  for (const torch::Tensor& param : params) numels.push_back(param.numel());
+  const auto element_size = static_cast<int64_t>(params.front().element_size());
+  const int64_t chunk_numel =
+      std::max<int64_t>(1, static_cast<int64_t>(chunk_mb * 1024.0 * 1024.0) / element_size);
+  return make_ps_plan(numels, servers, chunk_numel, keep_tensors_whole);
+}
+
+size_t plan_bucket(const PsPlan& plan, const Bucket& bucket) {
+  const auto b = static_cast<size_t>(
+      std::find_if(plan.layout.begin(), plan.layout.end(),
+                   [&](const BucketLayout& layout) { return layout == bucket.layout; }) -
+      plan.layout.begin());
+  DTRAIN_CHECK(b < plan.layout.size(), "ps: a bucket the plan does not know");
+  return b;
+}
+
 }  // namespace dtrain::dist

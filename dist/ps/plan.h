@@ -48,6 +48,8 @@ struct PsPlan {
   // The plan as printed at start and stored with checkpoints: a summary line, the load of
   // each server, and every chunk with the tensors it holds.
   std::string describe(const std::vector<std::string>& names, int64_t element_size) const;
+  // describe() without the chunks: what the log shows at start.
+  std::string summary(const std::vector<std::string>& names, int64_t element_size) const;
 };
 
 // Points `param` (the module's own tensor) at `flat`'s storage from `offset`, keeping its
@@ -66,5 +68,11 @@ void add_chunk(PsPlan& plan, int64_t bucket, int64_t offset, int64_t numel, int 
 // `numels`: the trainable parameters' element counts, in registration order.
 PsPlan make_ps_plan(const std::vector<int64_t>& numels, int servers, int64_t chunk_numel,
                     bool keep_tensors_whole);
+// The same for `params` (trainable, one dtype) in chunks of at most `chunk_mb` MiB.
+PsPlan make_ps_plan(const std::vector<torch::Tensor>& params, int servers, double chunk_mb,
+                    bool keep_tensors_whole);
+
+// Bucket `bucket`'s index in plan.layout; a check failure for a bucket the plan does not know.
+size_t plan_bucket(const PsPlan& plan, const Bucket& bucket);
 
 }  // namespace dtrain::dist

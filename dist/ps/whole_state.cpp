@@ -2,10 +2,12 @@
 
 #include "common/error.h"
 #include "dist/comm/gather.h"
+#include "dist/optimizer_state.h"
 #include "dist/ps/piece_state.h"
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 namespace dtrain::dist {
@@ -101,6 +103,28 @@ std::unique_ptr<torch::optim::Optimizer> whole_optimizer(
     put_state(*whole, params[p], std::move(states[p]));
   }
   return whole;
+}
+
+void save_whole_state(const std::string& dir, const PsPlan& plan,
+                      const std::vector<torch::Tensor>& params,
+                      const std::vector<std::string>& names, const OptimizerFactory& make_optimizer,
+                      const std::vector<ps::StateMessage>& gathered) {
+  DTRAIN_CHECK(static_cast<int>(gathered.size()) == plan.servers,
+               "ps: save() without prepare_checkpoint() on every rank");
+  save_optimizer(*whole_optimizer(plan, params, make_optimizer, gathered), dir);
+  std::ofstream described(dir + "/ps_plan.txt");
+  described << plan.describe(names, static_cast<int64_t>(params.front().element_size()));
+  if (!described) throw UserError(fmt::format("{}/ps_plan.txt: cannot write", dir));
+}
+
+void load_whole_state(const std::string& dir, const PsPlan& plan, int server,
+                      const std::vector<torch::Tensor>& params,
+                      const OptimizerFactory& make_optimizer, PsShard& shard) {
+  std::unique_ptr<torch::optim::Optimizer> whole = make_optimizer(params);
+  load_optimizer_state(dir, params, 0, static_cast<int64_t>(params.size()), make_optimizer,
+                       *whole);
+  shard.load_state(server_state(plan, server, params, whole.get()));
+  shard.set_params(params);
 }
 
 }  // namespace dtrain::dist

@@ -5,10 +5,12 @@
 
 #include "dist/comm/communicator.h"
 #include "dist/ps/plan.h"
+#include "dist/ps/shard.h"
 #include "dist/ps/state_message.h"
 #include "dist/strategy.h"
 
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace dtrain::dist {
@@ -30,5 +32,17 @@ ps::StateMessage server_state(const PsPlan& plan, int server,
 std::unique_ptr<torch::optim::Optimizer> whole_optimizer(
     const PsPlan& plan, const std::vector<torch::Tensor>& params,
     const OptimizerFactory& make_optimizer, const std::vector<ps::StateMessage>& servers);
+
+// Rank 0 of a colocated run: optimizer.pt (the whole optimizer assembled from the servers'
+// `gathered` states) and ps_plan.txt (the plan as described at start) into `dir`.
+void save_whole_state(const std::string& dir, const PsPlan& plan,
+                      const std::vector<torch::Tensor>& params,
+                      const std::vector<std::string>& names, const OptimizerFactory& make_optimizer,
+                      const std::vector<ps::StateMessage>& gathered);
+// `shard` (server `server` of `plan`) from the whole optimizer state in `dir` and the values
+// of `params`; every rank reads the whole state and keeps its pieces.
+void load_whole_state(const std::string& dir, const PsPlan& plan, int server,
+                      const std::vector<torch::Tensor>& params,
+                      const OptimizerFactory& make_optimizer, PsShard& shard);
 
 }  // namespace dtrain::dist
