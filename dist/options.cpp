@@ -74,6 +74,11 @@ void PsOptions::declare(OptionSpecs& keys) {
            "partial (messages or p2p, optim.name = \"sgd\"), also a round in progress: "
            "over messages once all workers but one have pushed it, over p2p at every push")
       .one_of({"newest", "exact", "partial"});
+  keys.add("partial_wait", &partial_wait,
+           "ssp_reads = \"partial\" over p2p: the longest wait before a forward, as a share "
+           "of the last step, for the round just pushed with all pushes but one in; then the "
+           "newest that has arrived is read")
+      .range(0.0, 1.0);
   keys.add("predict_weights", &predict_weights,
            "ssp over collectives: a read s steps stale takes w + s (w - w_previous), its "
            "version's last step repeated s times (SpecTrain's weight prediction)");
@@ -316,7 +321,8 @@ FieldErrors DistOptions::unused_keys() const {
                ((key == "zero.prefetch" || key == "zero.gather_dtype") && zero.stage != 3)) {
       warnings.push_back({key, fmt::format("has no effect under dist.zero.stage = {}",
                                            zero.stage)});
-    } else if ((key == "ps.staleness" || key == "ps.ssp_reads" || key == "ps.predict_weights") &&
+    } else if ((key == "ps.staleness" || key == "ps.ssp_reads" || key == "ps.predict_weights" ||
+                key == "ps.partial_wait") &&
                ps.consistency != "ssp") {
       warnings.push_back({key, fmt::format("has no effect under dist.ps.consistency = \"{}\"",
                                            ps.consistency)});

@@ -91,6 +91,12 @@ struct PsOptions {
   // one has pushed, over p2p at every push), so only the late workers' shares are missing
   // from a read, not a whole round (dist/ps/server.h, dist/ps/peer_server.h).
   std::string ssp_reads = "newest";
+  // ssp_reads = "partial" over p2p: the longest a worker waits before a forward, as a share of
+  // its last step, for the round it has just pushed to be sent with every push but one in;
+  // then (or at once, with 0) it reads the newest that has arrived. A preview lands a fraction
+  // of a millisecond after the pushes it holds, while the forward starts at once: without the
+  // wait a read rarely finds the round just pushed.
+  double partial_wait = 0.05;
   // ssp over collectives: a forward s steps stale reads w_v + s (w_v - w_{v-1}), version v's
   // last step taken s more times (weight prediction, SpecTrain: Chen et al. 2018), the
   // parameters it would have read without the staleness, to first order.

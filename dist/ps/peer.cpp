@@ -240,24 +240,46 @@ void PsPeerStrategy::before_forward(int64_t step) {
     // runs, not when it was queued.
     compute_stream(comm_->device()).synchronize();
   }
+  // The round just pushed, with every push but one in.
+  if (previews_ && clock_ > 0) await_preview(clock_ * per_round_ - 2);
   read(whole_round_message(clock_ - staleness_));
   waits_.emplace_back(start, comm_->now());
 }
 
+void PsPeerStrategy::await_preview(int64_t index) {
+  const auto now = std::chrono::steady_clock::now();
+  const std::optional<std::chrono::steady_clock::time_point> before = last_forward_;
+  last_forward_ = now;
+  if (!before || options_.partial_wait <= 0.0) return;
+  const auto deadline = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                  (now - *before) * options_.partial_wait);
+  const auto all_in = [&] {
+    for (int s = 0; s < comm_->size(); ++s) {
+      if (server_numel_[static_cast<size_t>(s)] > 0 && newest_now(s) < index) return false;
+    }
+    return true;
+  };
+  while (!all_in() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+int64_t PsPeerStrategy::newest_now(int s) {
+  if (s == comm_->rank()) return server_->newest_message();
+  int64_t found = -1;
+  for (Pull& pull : pulls_[static_cast<size_t>(s)]) {
+    if (pull.work->test()) found = pull.index;
+  }
+  return found;
+}
+
 int64_t PsPeerStrategy::newest_arrived(int s, int64_t least) {
   std::deque<Pull>& pulls = pulls_[static_cast<size_t>(s)];
-  const auto newest = [&] {
-    int64_t found = -1;
-    for (Pull& pull : pulls) {
-      if (pull.work->test()) found = pull.index;
-    }
-    return found;
-  };
-  int64_t found = newest();
+  int64_t found = newest_now(s);
   if (found < least) {
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
-    while ((found = newest()) < least) {
+    while ((found = newest_now(s)) < least) {
       if (std::chrono::steady_clock::now() > deadline) {
         throw UserError(fmt::format(
             "ps: rank {} waited {} s (dist.timeout_s) for round {} from the server on rank {}, "

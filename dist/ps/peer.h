@@ -37,6 +37,7 @@
 
 #include <c10/core/Stream.h>
 
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -85,6 +86,11 @@ class PsPeerStrategy : public ReplicatedStrategy, private CommHook {
 
   // Reads each server's newest message, numbered at least `least` (-1: any).
   void read(int64_t least);
+  // Partial reads: waits up to dist.ps.partial_wait of the last step for every server's
+  // message `index` (or a newer one); returns early once all are in.
+  void await_preview(int64_t index);
+  // Server `s`'s newest message that has arrived (-1: none), without waiting.
+  int64_t newest_now(int s);
   // From server `s`: the newest of its messages that has arrived, at least `least`.
   int64_t newest_arrived(int s, int64_t least);
   // Copies server `s`'s chunks from `values` (laid out as its shard) into the model.
@@ -113,6 +119,7 @@ class PsPeerStrategy : public ReplicatedStrategy, private CommHook {
   torch::Tensor own_push_;  // this step's chunks of this rank's own shard
   int64_t clock_ = 0;
   bool finished_ = false;
+  std::optional<std::chrono::steady_clock::time_point> last_forward_;  // for partial_wait
 
   // Stats: the time the step waited (the compute stream's wait included, on GPUs).
   std::vector<std::pair<std::shared_ptr<const TimePoint>, std::shared_ptr<const TimePoint>>>
