@@ -158,7 +158,9 @@ PsStrategy::PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, d
     setup.timeout_s = timeout_s_;
     setup.tolerate_worker_loss = options_.tolerate_worker_loss;
     setup.encoded_pushes = compression_.enabled();
-    setup.partial_rounds = options_.partial_reads();
+    // At staleness 0 a round in progress is never due: a worker that read one (a straggler
+    // finding the others' pushes of its own step) would leave BSP's steps.
+    setup.partial_rounds = options_.partial_reads() && options_.staleness > 0;
     for (int s = 0; s < num_servers_; ++s) setup.server_ranks.push_back(server_rank(s));
     server_setup_ = std::move(setup);
   }
