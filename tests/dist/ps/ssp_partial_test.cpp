@@ -66,13 +66,13 @@ PsOptions p2p_options(const std::string& consistency, int64_t staleness, int64_t
 // Trains with `strategy` (partial reads at staleness k, rank 1 slowed) and checks every read
 // against the rounds one process applies: a whole round, or one with some workers' pushes.
 // `fewest`: the fewest pushes a round in progress is sent with.
+// `net` from make_net(), made before `strategy`, which holds hooks in it until it goes.
 template <class Strategy>
-void check_partial_reads(Strategy& strategy, int64_t k, int fewest) {
+void check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest) {
   const auto options = optimizer_options("sgd");
   const int n = world()->size();
   const int rank = world()->rank();
   const Data data = make_data(n);
-  Net net = make_net();
   strategy.attach(*net, factory(options));
   std::vector<torch::Tensor> params = net->parameters();
   std::vector<torch::Tensor> reads, pushes;
@@ -216,16 +216,18 @@ TEST_CASE("ps SSP with partial reads: each read is a version within k or a round
           "[dist][ps]") {
   const int64_t k = GENERATE(1, 2);
   INFO("k = " << k);
+  Net net = make_net();
   PsStrategy strategy(partial_options(k), world(), 60.0);
-  check_partial_reads(strategy, k, world()->size() - 1);  // once all workers but one are in
+  check_partial_reads(net, strategy, k, world()->size() - 1);  // once all workers but one are in
 }
 
 TEST_CASE("ps over p2p, partial reads: each read is a version within k or a round in progress",
           "[dist][ps]") {
   const int64_t k = GENERATE(1, 2);
   INFO("k = " << k);
+  Net net = make_net();
   PsPeerStrategy strategy(p2p_options("ssp", k), world(), 60.0);
-  check_partial_reads(strategy, k, 1);  // at every push
+  check_partial_reads(net, strategy, k, 1);  // at every push
 }
 
 TEST_CASE("ps SSP(0) with partial reads is BSP, bit for bit", "[dist][ps]") {
