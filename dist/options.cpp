@@ -79,6 +79,10 @@ void PsOptions::declare(OptionSpecs& keys) {
            "of the last step, for the round just pushed with all pushes but one in; then the "
            "newest that has arrived is read")
       .range(0.0, 1.0);
+  keys.add("link_ctas", &link_ctas,
+           "p2p on GPUs: the most thread blocks (SMs) one NCCL kernel of the links takes (0: "
+           "NCCL's choice); a receive posted a step ahead spins in every block it holds")
+      .range(0, 64);
   keys.add("predict_weights", &predict_weights,
            "ssp over collectives: a read s steps stale takes w + s (w - w_previous), its "
            "version's last step repeated s times (SpecTrain's weight prediction)");
@@ -326,6 +330,9 @@ FieldErrors DistOptions::unused_keys() const {
                ps.consistency != "ssp") {
       warnings.push_back({key, fmt::format("has no effect under dist.ps.consistency = \"{}\"",
                                            ps.consistency)});
+    } else if (key == "ps.link_ctas" && ps.transport != "p2p" && ps.transport != "auto") {
+      warnings.push_back({key, fmt::format("has no effect under dist.ps.transport = \"{}\"",
+                                           ps.transport)});
     }
   }
   return warnings;

@@ -92,15 +92,17 @@ fi
 
 if [ "$what" = p2p ] || [ "$what" = all ]; then
   # The point-to-point transport (dist.ps.transport = "p2p"): its throughput without a
-  # straggler beside ddp and bsp over collectives, then the issue's point on real data: the
+  # straggler beside ddp and bsp over collectives, with the links' kernels capped at 2
+  # thread blocks (the default), uncapped (ctas0) and at 8; a run that deadlocks ends at
+  # dist.timeout_s = 120. Then the issue's point on real data: the
   # workers slowed 1.5x in turn, SSP(2) with partial reads against BSP and DDP to a training
   # loss, at momentum 0.5 (BSP's best in the runs of 2026-11-27).
   p2p_steps=${P2P_STEPS:-300}
   echo "== ResNet-50 bf16 on $gpus GPUs, 60 steps: the p2p transport"
   scripts/sweep_strategies.sh build-gpu "$out/p2p_uniform" --ranks "$gpus" --steps 60 \
     --repeat 1 --config configs/resnet50_ps.toml \
-    --strategies "${P2P_UNIFORM:-ddp:param ps:bsp ps:bsp+p2p ps:ssp2+p2p+partial}" \
-    | tee "$out/p2p_uniform.md"
+    --strategies "${P2P_UNIFORM:-ddp:param ps:bsp ps:bsp+p2p ps:ssp2+p2p+partial ps:ssp2+p2p+partial+ctas0 ps:ssp2+p2p+partial+ctas8}" \
+    --set dist.timeout_s=120 | tee "$out/p2p_uniform.md"
   data=${FASHION_MNIST:-.cache/fashion-mnist}
   echo "== Fashion-MNIST, every worker slowed 1.5x in turn, $p2p_steps steps: p2p"
   scripts/sweep_strategies.sh build-gpu "$out/p2p_real" --ranks "$gpus" --steps "$p2p_steps" \

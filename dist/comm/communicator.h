@@ -134,6 +134,10 @@ class Communicator {
   // The same members and ranks in a matching space of its own: its messages and collectives
   // never match this one's (for another thread, see the top). Collective.
   virtual std::unique_ptr<Communicator> dup() = 0;
+  // dup(), whose NCCL kernels each take at most `max_ctas` thread blocks, so at most that many
+  // SMs (0: NCCL's choice): for operations that wait long on the device beside the compute,
+  // where every block they hold spins. MPI: dup().
+  virtual std::unique_ptr<Communicator> dup_with_max_ctas(int max_ctas) = 0;
 };
 
 // The world's communicator for tensors on `device`: Open MPI for CPU, NCCL for CUDA (an error

@@ -213,6 +213,8 @@ class MpiCommunicator : public Communicator {
     return std::make_unique<MpiCommunicator>(copy, timeout_s_);
   }
 
+  std::unique_ptr<Communicator> dup_with_max_ctas(int /*max_ctas*/) override { return dup(); }
+
  private:
   // What make_work adds to an MpiOp: all but its name and number.
   struct Extras {

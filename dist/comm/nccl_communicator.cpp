@@ -208,6 +208,12 @@ class NcclCommunicator : public Communicator {
   // One color, ranks kept: the same members on a new NCCL communicator.
   std::unique_ptr<Communicator> dup() override { return split_as("dup", 0, rank_); }
 
+  std::unique_ptr<Communicator> dup_with_max_ctas(int max_ctas) override {
+    DTRAIN_CHECK(max_ctas >= 0, "dup_with_max_ctas: max_ctas must be non-negative, got {}",
+                 max_ctas);
+    return split_as("dup", 0, rank_, max_ctas);
+  }
+
  private:
   // A send or receive posted and not yet launched.
   struct Posted {
@@ -224,14 +230,21 @@ class NcclCommunicator : public Communicator {
                          "server's control traffic");
   }
 
-  std::unique_ptr<Communicator> split_as(const std::string& op, int color, int key) {
+  // `max_ctas` > 0: the child's kernels take at most that many thread blocks.
+  std::unique_ptr<Communicator> split_as(const std::string& op, int color, int key,
+                                         int max_ctas = 0) {
     ncclComm_t parent = comm();
     const int64_t sequence = progress_->next();
     return std::make_unique<NcclCommunicator>(
         device_, timeout_s_, describe(op, sequence, torch::Tensor()),
-        progress_->split(color, key), [parent, color, key] {
+        progress_->split(color, key), [parent, color, key, max_ctas] {
+          ncclConfig_t config = NCCL_CONFIG_INITIALIZER;  // unset fields: the parent's
+          if (max_ctas > 0) {
+            config.minCTAs = 1;
+            config.maxCTAs = max_ctas;
+          }
           ncclComm_t child = nullptr;
-          DTRAIN_NCCL_CHECK(ncclCommSplit(parent, color, key, &child, /*config=*/nullptr));
+          DTRAIN_NCCL_CHECK(ncclCommSplit(parent, color, key, &child, &config));
           return child;
         });
   }

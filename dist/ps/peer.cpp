@@ -137,7 +137,7 @@ void PsPeerStrategy::attach(torch::nn::Module& model, const OptimizerFactory& ma
       offset += plan_.chunks[static_cast<size_t>(c)].numel;
     }
   }
-  links_ = make_peer_links(*comm_);
+  links_ = make_peer_links(*comm_, static_cast<int>(options_.link_ctas));
   // A read at clock c takes a message of round c - k - 1 or newer; the receives of round c
   // are posted after it, into the slots of messages no later read can want.
   const int64_t slots = per_round_ * (staleness_ + 1);

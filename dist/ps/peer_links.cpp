@@ -18,7 +18,7 @@ int partner(int i, int round, int n) {
 
 }  // namespace
 
-std::vector<PsPeerLinks> make_peer_links(Communicator& world) {
+std::vector<PsPeerLinks> make_peer_links(Communicator& world, int max_ctas) {
   const int n = world.size();
   const int me = world.rank();
   std::vector<PsPeerLinks> links(static_cast<size_t>(n));
@@ -30,18 +30,20 @@ std::vector<PsPeerLinks> make_peer_links(Communicator& world) {
     const int color = paired ? std::min(me, peer) : me;
     std::shared_ptr<Communicator> pair = world.split(color, me);
     if (!paired) continue;
-    std::shared_ptr<Communicator> second = pair->dup();
-    std::shared_ptr<Communicator> third = pair->dup();
-    std::shared_ptr<Communicator> fourth = pair->dup();
-    // pair: the lower rank's pushes; second: the higher's; third: the lower's pulls out;
+    std::shared_ptr<Communicator> first = pair->dup_with_max_ctas(max_ctas);
+    std::shared_ptr<Communicator> second = pair->dup_with_max_ctas(max_ctas);
+    std::shared_ptr<Communicator> third = pair->dup_with_max_ctas(max_ctas);
+    std::shared_ptr<Communicator> fourth = pair->dup_with_max_ctas(max_ctas);
+    // first: the lower rank's pushes; second: the higher's; third: the lower's pulls out;
     // fourth: the higher's.
     PsPeerLinks& link = links[static_cast<size_t>(peer)];
     const bool lower = me < peer;
-    link.push_out = lower ? pair : second;
-    link.push_in = lower ? second : pair;
+    link.push_out = lower ? first : second;
+    link.push_in = lower ? second : first;
     link.pull_out = lower ? third : fourth;
     link.pull_in = lower ? fourth : third;
     link.peer = 1 - pair->rank();
+    link.pair = std::move(pair);
   }
   return links;
 }

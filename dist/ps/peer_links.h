@@ -2,7 +2,10 @@
 // between every two ranks, one per direction and role, so that nothing one of them waits for
 // holds up another. On NCCL each has a stream of its own, and a receive posted on one (a
 // worker waiting for a round its server has not finished) never delays a send on another
-// (that worker's pushes of the next step).
+// (that worker's pushes of the next step). A receive is posted a step ahead and spins on the
+// device until its message comes, in every thread block it holds: on NCCL the links' kernels
+// take at most `max_ctas` blocks each (dist.ps.link_ctas), so that with six such receives
+// waiting at once on each GPU of four the compute keeps almost all of its SMs.
 #pragma once
 
 #include "dist/comm/communicator.h"
@@ -20,11 +23,13 @@ struct PsPeerLinks {
   std::shared_ptr<Communicator> push_in;   // the peer worker's gradients to it
   std::shared_ptr<Communicator> pull_out;  // its parameters to the peer worker
   int peer = 0;  // the peer's rank in each of the four
+  std::shared_ptr<Communicator> pair;  // the four's parent, kept while they live; unused
 };
 
 // Links to every other rank of `world`, indexed by world rank (this rank's own entry empty).
 // Collective over `world`: the pairs are formed in rounds (a round-robin tournament), each
-// round one split of the world into pairs, then three duplicates of each pair.
-std::vector<PsPeerLinks> make_peer_links(Communicator& world);
+// round one split of the world into pairs, then four duplicates of each pair whose NCCL
+// kernels take at most `max_ctas` thread blocks (0: NCCL's choice).
+std::vector<PsPeerLinks> make_peer_links(Communicator& world, int max_ctas);
 
 }  // namespace dtrain::dist

@@ -263,6 +263,30 @@ TEST_CASE("dup keeps the members and ranks, in a matching space of its own",
   copy->barrier();
 }
 
+TEST_CASE("a dup with one thread block per NCCL kernel moves the same data",
+          "[dist][collectives]") {
+  Communicator& comm = world();
+  auto narrow = comm.dup_with_max_ctas(1);
+  CHECK(narrow->rank() == comm.rank());
+  CHECK(narrow->size() == comm.size());
+  // 8 MiB: NCCL would spread it over several channels if it could.
+  const int64_t n = 2 << 20;
+  torch::Tensor summed = on_device(rank_values(n, comm.rank(), torch::kFloat32));
+  narrow->all_reduce(summed, ReduceOp::kSum)->wait();
+  CHECK(torch::equal(summed.cpu(), rank_values(n, 0, torch::kFloat32) * comm.size() +
+                                       1000.0 * sum_of_ranks(comm.size())));
+  // A ring of sends, the links' use of it.
+  const int next = (comm.rank() + 1) % comm.size();
+  const int previous = (comm.rank() + comm.size() - 1) % comm.size();
+  torch::Tensor incoming = torch::empty({n}, device_options(torch::kFloat32));
+  const torch::Tensor outgoing = on_device(rank_values(n, comm.rank(), torch::kFloat32));
+  auto received = narrow->recv(incoming, previous, 0);
+  auto sent = narrow->send(outgoing, next, 0);
+  received->wait();
+  sent->wait();
+  CHECK(torch::equal(incoming.cpu(), rank_values(n, previous, torch::kFloat32)));
+}
+
 TEST_CASE("timing off: NCCL's time points measure nothing, the results stay right",
           "[dist][collectives]") {
   Communicator& comm = world();

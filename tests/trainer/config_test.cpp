@@ -292,6 +292,17 @@ TEST_CASE("dist.ps.ssp_reads and predict_weights: ssp only", "[config]") {
   CHECK(warnings_of("", {"dist.strategy=ps", "dist.ps.consistency=ssp", "dist.ps.ssp_reads=exact"})
             .empty());
 }
+TEST_CASE("dist.ps.link_ctas: p2p's, 0 to 64", "[config]") {
+  CHECK(problems_of("", {"dist.strategy=ps", "dist.ps.link_ctas=-1"}).size() == 1);
+  CHECK(problems_of("", {"dist.strategy=ps", "dist.ps.link_ctas=65"}).size() == 1);
+  CHECK(warnings_of("", {"dist.strategy=ps", "dist.ps.transport=messages",
+                         "dist.ps.link_ctas=4"}) ==
+        std::vector<std::string>{
+            "--set dist.ps.link_ctas: has no effect under dist.ps.transport = \"messages\""});
+  CHECK(warnings_of("", {"dist.strategy=ps", "dist.ps.transport=p2p", "dist.ps.link_ctas=0"})
+            .empty());
+}
+
 
 TEST_CASE("dist.ps.ssp_reads = \"partial\": messages or p2p, no hierarchy, SGD", "[config]") {
   const std::vector<std::string> partial = {"dist.strategy=ps", "dist.ps.consistency=ssp",
