@@ -105,7 +105,8 @@ void check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest) {
   const torch::Tensor pushed = gather(pushes);
   torch::Tensor seen = torch::tensor({partial_steps}, torch::kFloat64).to(device());
   world()->all_reduce(seen, dtrain::dist::ReduceOp::kSum)->wait();
-  CHECK(seen.item<double>() >= 1.0);
+  // A lone worker's rounds are whole once it pushes: none is ever in progress (one GPU).
+  if (n > 1) CHECK(seen.item<double>() >= 1.0);
 
   // One process applies the rounds: the average of every push, whatever was read.
   Net reference = make_net();
