@@ -52,6 +52,10 @@ void StepComm::add_unmeasured(Collective kind, Traffic traffic, int64_t bytes) {
   ops_.push_back({kind, traffic, bytes, 0, nullptr, rank_, ranks_});
 }
 
+void StepComm::add_untimed(Collective kind, Traffic traffic, int64_t bytes, int root) {
+  ops_.push_back({kind, traffic, bytes, root, nullptr, rank_, ranks_, nullptr, /*untimed=*/true});
+}
+
 void StepComm::add_prefetched(Collective kind, int64_t bytes, std::unique_ptr<Work> work,
                               std::shared_ptr<const TimePoint> wait_start) {
   ops_.push_back({kind, Traffic::kPrefetched, bytes, 0, std::move(work), rank_, ranks_,
@@ -68,7 +72,7 @@ Stats StepComm::stats() const {
   double blocking_ms = 0.0, gradient_tail_ms = 0.0;
   bool measured = true;
   for (const Op& op : ops_) {
-    measured = measured && op.work;
+    measured = measured && (op.work || op.untimed);
     const double op_ms = op.work ? measured_ms(*op.work->started(), *op.work->finished()) : 0.0;
     const double payload = static_cast<double>(op.bytes);
     const double n = op.ranks;
@@ -93,6 +97,7 @@ Stats StepComm::stats() const {
       continue;
     }
     bytes += payload;
+    if (op.untimed) continue;  // bytes moved in no time this step measured
     bus_bytes += payload * ring_factor(op.kind, n);
     bulk_ms += op_ms;
     if (op.traffic == Traffic::kParameters) {

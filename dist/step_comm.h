@@ -59,6 +59,11 @@ class StepComm {
   // the step holds one, its stats leave out the time figures (comm/ms, comm/exposed_ms,
   // comm/busbw_gbps) rather than report part of the step's time, and spans() leaves it out.
   void add_unmeasured(Collective kind, Traffic traffic, int64_t bytes);
+  // An operation whose bytes belong to this step but whose time none of its figures can hold:
+  // a receive posted a step or more ahead that completed in the background, waiting on the
+  // device for its sender as much as moving data. Counted in the bytes and the operations
+  // only; the time figures stay, without it.
+  void add_untimed(Collective kind, Traffic traffic, int64_t bytes, int root = 0);
   // The end of the step's (last micro-step's) backward on the communicator's clock.
   void set_backward_end(std::shared_ptr<const TimePoint> when) { backward_end_ = std::move(when); }
   bool empty() const { return ops_.empty(); }
@@ -74,9 +79,10 @@ class StepComm {
     Traffic traffic;
     int64_t bytes;
     int root;
-    std::unique_ptr<Work> work;  // none: unmeasured
+    std::unique_ptr<Work> work;  // none: unmeasured, or untimed
     int rank, ranks;  // in the communicator the operation ran on
     std::shared_ptr<const TimePoint> wait_start = nullptr;  // kPrefetched
+    bool untimed = false;  // add_untimed: no time, and none missing
   };
   int rank_, ranks_;
   std::vector<Op> ops_;

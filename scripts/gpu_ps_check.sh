@@ -107,12 +107,12 @@ if [ "$what" = p2p ] || [ "$what" = all ]; then
   echo "== Fashion-MNIST, every worker slowed 1.5x in turn, $p2p_steps steps: p2p"
   scripts/sweep_strategies.sh build-gpu "$out/p2p_real" --ranks "$gpus" --steps "$p2p_steps" \
     --repeat 1 --config configs/resnet50_ps.toml \
-    --strategies "${P2P_REAL:-ddp ps:bsp ps:bsp+p2p ps:ssp2+p2p+partial ps:ssp2+p2p+newest}" \
+    --strategies "${P2P_REAL:-ddp ps:bsp ps:bsp+p2p ps:ssp2+p2p+partial ps:ssp2+p2p+partial+ctas8 ps:ssp2+p2p+newest}" \
     --set data.dataset=fashion_mnist --set data.augment=false --set data.path="$data" \
     --set train.eval_every=0 --set optim.momentum=0.5 --set optim.nesterov=false \
     --set schedule.warmup_epochs=0.25 --set run.log_every=10 --set debug.slow_factor=1.5 \
     --set "debug.slow_ranks=[$(seq -s, 0 $((gpus - 1)))]" --set debug.slow_pattern=rotating \
-    | tee "$out/p2p_real.md"
+    --set dist.timeout_s=120 | tee "$out/p2p_real.md"
   scripts/time_to_loss.py "$out/p2p_real" 1.0 0.7 0.5 0.4 0.35 | tee "$out/p2p_real.time_to_loss.md"
 fi
 

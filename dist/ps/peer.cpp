@@ -163,6 +163,16 @@ torch::Tensor PsPeerStrategy::own_push() {
   return own_push_;
 }
 
+int64_t PsPeerStrategy::payload_bytes(const Bucket& bucket) const {
+  const size_t b = plan_bucket(plan_, bucket);
+  int64_t numel = 0;
+  for (int64_t c = plan_.first_chunk[b]; c < plan_.first_chunk[b + 1]; ++c) {
+    const PsChunk& chunk = plan_.chunks[static_cast<size_t>(c)];
+    if (chunk.server != comm_->rank()) numel += chunk.numel;
+  }
+  return numel * static_cast<int64_t>(bucket.flat.element_size());
+}
+
 std::unique_ptr<Work> PsPeerStrategy::launch(Bucket& bucket) {
   const size_t b = plan_bucket(plan_, bucket);
   std::vector<std::unique_ptr<Work>> sends;
@@ -289,8 +299,12 @@ int64_t PsPeerStrategy::newest_arrived(int s, int64_t least) {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
-  // What is older than the message read is done with (on NCCL it has completed: in order).
+  // What is older than the message read is done with (on NCCL it has completed: in order),
+  // and into the stats: every message that arrived crossed the link, read or not.
+  const int64_t bytes = server_numel_[static_cast<size_t>(s)] *
+                        static_cast<int64_t>(param_flat_.front().element_size());
   while (!pulls.empty() && pulls.front().index < found && pulls.front().work->test()) {
+    current_.add_untimed(Collective::kRecv, Traffic::kParameters, bytes, s);
     pulls.pop_front();
   }
   return found;

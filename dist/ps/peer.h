@@ -82,6 +82,8 @@ class PsPeerStrategy : public ReplicatedStrategy, private CommHook {
   // CommHook: a complete bucket's chunks go to their servers.
   std::unique_ptr<Work> launch(Bucket& bucket) override;
   Collective collective() const override { return Collective::kSend; }
+  // The bucket's chunks that go to other ranks' servers (the own shard's are copied).
+  int64_t payload_bytes(const Bucket& bucket) const override;
   torch::Tensor own_push();
 
   // Reads each server's newest message, numbered at least `least` (-1: any).

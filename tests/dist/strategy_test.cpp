@@ -121,6 +121,30 @@ TEST_CASE("A step with an unmeasured collective reports its bytes and no time fi
   CHECK(record.spans().size() == 1);  // the measured one
 }
 
+// A receive posted a step ahead (the p2p parameter server's pulls) moved bytes in the step,
+// but its time was mostly a wait on the device for its sender.
+TEST_CASE("An untimed receive counts its bytes and leaves the time figures to the rest",
+          "[dist][strategy]") {
+  auto comm = world();
+  dtrain::dist::StepComm record(comm->rank(), comm->size(), comm->now());
+  torch::Tensor grads = torch::ones({256}, torch::dtype(torch::kFloat32).device(device()));
+  auto work = comm->all_reduce(grads, ReduceOp::kSum);
+  work->wait();
+  record.add(Collective::kAllReduce, dtrain::dist::Traffic::kGradients, 1024, std::move(work));
+  const dtrain::dist::Stats before = record.stats();
+  record.add_untimed(Collective::kRecv, dtrain::dist::Traffic::kParameters, 4096, 0);
+  const dtrain::dist::Stats after = record.stats();
+  CHECK(stat(after, "comm/collectives") == 2);
+  CHECK(stat(after, "comm/bytes") == 1024 + 4096);
+  CHECK(stat(after, "comm/recv_bytes") == stat(before, "comm/recv_bytes") + 4096);
+  CHECK(stat(after, "comm/sent_bytes") == stat(before, "comm/sent_bytes"));
+  for (const char* name : {"comm/ms", "comm/exposed_ms", "comm/busbw_gbps"}) {
+    INFO(name);
+    CHECK(stat(after, name) == stat(before, name));
+  }
+  CHECK(record.spans().size() == 1);
+}
+
 TEST_CASE("Every strategy owns its data group, metric reduction and model state",
           "[dist][strategy]") {
   auto comm = world();

@@ -50,6 +50,28 @@ TEST_CASE("ps over p2p: BSP equals one rank on the N-times batch", "[dist][ps]")
   CHECK(max_difference(*net, *reference) < kTolerance);
 }
 
+TEST_CASE("ps over p2p: a step's traffic is the other servers' shards, each way", "[dist][ps]") {
+  const auto options = optimizer_options("sgd");
+  const Data data = make_data(world()->size());
+  Net net = make_net();
+  PsPeerStrategy strategy(p2p_options("bsp", 0, 7), world(), 60.0);
+  strategy.attach(*net, factory(options));
+  const std::vector<int64_t> numel = strategy.plan().server_numel();
+  double others = 0.0;  // bytes of the shards on other ranks (float64)
+  for (int s = 0; s < world()->size(); ++s) {
+    if (s != world()->rank()) others += 8.0 * static_cast<double>(numel[static_cast<size_t>(s)]);
+  }
+  for (int64_t step = 0; step < 4; ++step) {
+    train(net, strategy, data, step, step + 1, options.lr);
+    INFO("step " << step);
+    // Pushes: every chunk but the own shard's. Pulls: BSP reads one round a step, each
+    // counted once the next one is read.
+    CHECK(stat(strategy.stats(), "comm/sent_bytes") == others);
+    if (step >= 2) CHECK(stat(strategy.stats(), "comm/recv_bytes") == others);
+  }
+  strategy.finish();
+}
+
 TEST_CASE("ps over p2p: SSP(k) with newest reads stays within k, and SSP(0) is BSP",
           "[dist][ps]") {
   const int64_t k = GENERATE(0, 1, 2);
