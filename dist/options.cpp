@@ -79,6 +79,10 @@ void PsOptions::declare(OptionSpecs& keys) {
            "of the last step, for the round just pushed with all pushes but one in; then the "
            "newest that has arrived is read")
       .range(0.0, 1.0);
+  keys.add("previews", &previews,
+           "ssp_reads = \"partial\" over p2p: the previews of each round a server sends, at "
+           "its last `previews` pushes but the final one (0: at every push, workers - 1)")
+      .range(0, 4096);
   keys.add("link_ctas", &link_ctas,
            "p2p on GPUs: the most thread blocks (SMs) one NCCL kernel of the links takes (0: "
            "NCCL's choice); a receive posted a step ahead spins in every block it holds")
@@ -326,7 +330,7 @@ FieldErrors DistOptions::unused_keys() const {
       warnings.push_back({key, fmt::format("has no effect under dist.zero.stage = {}",
                                            zero.stage)});
     } else if ((key == "ps.staleness" || key == "ps.ssp_reads" || key == "ps.predict_weights" ||
-                key == "ps.partial_wait") &&
+                key == "ps.partial_wait" || key == "ps.previews") &&
                ps.consistency != "ssp") {
       warnings.push_back({key, fmt::format("has no effect under dist.ps.consistency = \"{}\"",
                                            ps.consistency)});

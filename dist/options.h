@@ -97,6 +97,11 @@ struct PsOptions {
   // of a millisecond after the pushes it holds, while the forward starts at once: without the
   // wait a read rarely finds the round just pushed.
   double partial_wait = 0.05;
+  // ssp_reads = "partial" over p2p: how many previews of each round a server sends, at the
+  // round's last `previews` pushes but the final one (0: at every push, W - 1 of them). Each
+  // is the whole shard to every worker: 1, the one at all pushes but one, sends half the
+  // bytes of a round at 4 workers where a read rarely finds an earlier preview useful.
+  int64_t previews = 0;
   // p2p on GPUs: the most thread blocks (so SMs) one NCCL kernel of the links takes (0:
   // NCCL's choice, up to one per channel of the pair). Each rank
   // keeps a receive posted from every peer's worker and every peer's server a step ahead,

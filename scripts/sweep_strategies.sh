@@ -7,7 +7,8 @@
 #                                  sspK (staleness K), async, dedicatedS (S server ranks beside
 #                                  the workers), messages, collectives or p2p (the transport),
 #                                  newest, exact or partial (dist.ps.ssp_reads), predict
-#                                  (dist.ps.predict_weights), ctasN (dist.ps.link_ctas):
+#                                  (dist.ps.predict_weights), ctasN (dist.ps.link_ctas),
+#                                  previewsN (dist.ps.previews):
 #                                  "ps ps:ssp2 ps:async ps:bsp+dedicated1 ps:bsp+messages";
 #                                  a ZeRO stage is zero:stageN ("zero:stage2"); DDP's
 #                                  gradients in a dtype of dist.ddp.reduce_dtype: ddp:param
@@ -60,6 +61,7 @@ strategy_sets() {
       newest | exact | partial) variant+=(--set dist.ps.ssp_reads="$option") ;;
       predict) variant+=(--set dist.ps.predict_weights=true) ;;
       ctas[0-9]*) variant+=(--set dist.ps.link_ctas="${option#ctas}") ;;
+      previews[0-9]*) variant+=(--set dist.ps.previews="${option#previews}") ;;
       ssp[0-9]*) variant+=(--set dist.ps.consistency=ssp --set dist.ps.staleness="${option#ssp}") ;;
       stage[0-9]*) variant+=(--set dist.zero.stage="${option#stage}") ;;
       param | bf16) variant+=(--set dist.ddp.reduce_dtype="$option") ;;

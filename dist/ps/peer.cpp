@@ -69,8 +69,11 @@ PsPeerStrategy::PsPeerStrategy(PsOptions options, std::shared_ptr<Communicator> 
         "\"exact\" and predict_weights = true need transport \"collectives\"");
   }
   staleness_ = ssp ? options_.staleness : 0;
-  previews_ = options_.partial_reads() && staleness_ > 0;
-  per_round_ = previews_ ? comm_->size() : 1;
+  const int64_t every_push = comm_->size() - 1;
+  const int64_t previews =
+      options_.previews == 0 ? every_push : std::min(options_.previews, every_push);
+  previews_ = options_.partial_reads() && staleness_ > 0 && previews > 0;
+  per_round_ = previews_ ? previews + 1 : 1;
   if (comm_->device().is_cuda()) {
     const int needed = 4 * (comm_->size() - 1) + 2;  // the links, compute and the server
     const char* set = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
@@ -152,7 +155,7 @@ void PsPeerStrategy::attach(torch::nn::Module& model, const OptimizerFactory& ma
     }
   }
   if (shard_->numel() > 0) {
-    server_ = std::make_unique<PsPeerServer>(me, links_, *shard_, staleness_, previews_,
+    server_ = std::make_unique<PsPeerServer>(me, links_, *shard_, staleness_, per_round_ - 1,
                                              timeout_s_, server_stream_);
   }
   buffer_sync_ = std::make_unique<BufferSync>(buffers_, comm_, BufferPolicy::kAverage);

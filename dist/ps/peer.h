@@ -105,7 +105,7 @@ class PsPeerStrategy : public ReplicatedStrategy, private CommHook {
   double timeout_s_;
   int64_t staleness_ = 0;  // ssp's k; 0 for bsp
   bool previews_ = false;  // ssp_reads = "partial"
-  int64_t per_round_ = 1;  // messages a round: one per worker with previews
+  int64_t per_round_ = 1;  // messages a round: its previews, then itself
   std::optional<c10::Stream> server_stream_;  // GPUs
   PsPlan plan_;
   std::unique_ptr<PsShard> shard_;

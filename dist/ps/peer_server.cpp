@@ -29,7 +29,7 @@ int PsPeerServer::Round::count() const {
 }
 
 PsPeerServer::PsPeerServer(int me, std::vector<PsPeerLinks> links, PsShard& shard,
-                           int64_t staleness, bool previews, double timeout_s,
+                           int64_t staleness, int64_t previews, double timeout_s,
                            std::optional<c10::Stream> stream)
     : me_(me),
       workers_(static_cast<int>(links.size())),
@@ -222,7 +222,7 @@ bool PsPeerServer::advance() {
       shard_.step(round.lr);
       const torch::Tensor values = shard_.params().clone();  // the next round steps in place
       // Previews not sent yet carry the whole round: every worker's receives are posted.
-      for (; previews_ && round.previewed < workers_ - 1; ++round.previewed) {
+      for (; round.previewed < previews_; ++round.previewed) {
         send(t * per_round() + round.previewed, values);
       }
       send((t + 1) * per_round() - 1, values);
@@ -232,7 +232,11 @@ bool PsPeerServer::advance() {
       any = true;
       continue;
     }
-    if (previews_ && round.previewed < in) {
+    // Preview p is due once workers - previews + p pushes are in.
+    const auto due = [&] {
+      return round.previewed < previews_ && in >= workers_ - previews_ + round.previewed;
+    };
+    if (due()) {
       std::vector<int> arrived;
       for (int w = 0; w < workers_; ++w) {
         if (round.in[static_cast<size_t>(w)]) arrived.push_back(w);
@@ -240,7 +244,7 @@ bool PsPeerServer::advance() {
       average(t, arrived);
       const torch::Tensor values = shard_.preview(round.lr);
       // Pushes that came together share one preview.
-      for (; round.previewed < in; ++round.previewed) {
+      for (; due(); ++round.previewed) {
         send(t * per_round() + round.previewed, values);
       }
       any = true;

@@ -5,9 +5,10 @@
 // Rounds are BSP's: round t is one optimizer step over the average of every worker's push of
 // step t, applied in worker order once all of them are in and round t - 1 is applied, and
 // then sent to every worker (message t without previews). With previews (ssp_reads =
-// "partial", W workers) a round is W messages: W - 1 previews, then the round itself (message
-// tW + W - 1). Preview i (message tW + i) is the round as it would stand with the first i + 1
-// pushes to arrive: SGD's step with the missing pushes counted as zero, the momentum term
+// "partial", W workers, P = dist.ps.previews, W - 1 by default) a round is P + 1 messages:
+// P previews, then the round itself (message t(P + 1) + P). Preview i (message t(P + 1) + i)
+// is the round as it would stand with the first W - P + i pushes to arrive (at P = W - 1,
+// after every push): SGD's step with the missing pushes counted as zero, the momentum term
 // whole (dist/ps/shard.h), sent as soon as they are in and round t - 1 is applied. A worker
 // thus reads a round in progress, missing only the shares of workers that are late, where it
 // would otherwise read the round before. Every message is sent to every worker, in order,
@@ -57,15 +58,17 @@ struct PsPeerHandoff {
 class PsPeerServer {
  public:
   // `links`: every rank's, indexed by world rank (dist/ps/peer_links.h); the server side
-  // of each is used by the thread alone. `stream`: the thread's stream (GPUs).
+  // of each is used by the thread alone. `stream`: the thread's stream (GPUs). `previews`:
+  // of each round, sent at its last `previews` pushes but the final one (0: none; at most
+  // workers - 1).
   PsPeerServer(int me, std::vector<PsPeerLinks> links, PsShard& shard, int64_t staleness,
-               bool previews, double timeout_s, std::optional<c10::Stream> stream);
+               int64_t previews, double timeout_s, std::optional<c10::Stream> stream);
   ~PsPeerServer();
   PsPeerServer(const PsPeerServer&) = delete;
   PsPeerServer& operator=(const PsPeerServer&) = delete;
 
-  // Messages per round: one per worker with previews, else 1.
-  int64_t per_round() const { return previews_ ? workers_ : 1; }
+  // Messages per round: the previews, then the round.
+  int64_t per_round() const { return previews_ + 1; }
   // The thread's work from now on comes after what the caller's stream has been given (a
   // checkpoint loaded into the shard).
   void after_caller();
@@ -84,7 +87,7 @@ class PsPeerServer {
   struct Round {
     std::vector<bool> in;  // per worker: its push has arrived
     double lr = 0.0;
-    int previewed = 0;  // previews sent
+    int64_t previewed = 0;  // previews sent
     int count() const;
   };
   struct Incoming {  // a peer worker's step being received
@@ -114,7 +117,7 @@ class PsPeerServer {
   std::vector<PsPeerLinks> links_;
   PsShard& shard_;
   int64_t slots_;  // per worker: steps whose pushes may be held at once
-  bool previews_;
+  int64_t previews_;  // per round, at its last `previews_` pushes but the final one
   double timeout_s_;
   std::optional<c10::Stream> stream_;
   std::optional<c10::Stream> lr_stream_;  // GPUs: reads the trailers without queueing

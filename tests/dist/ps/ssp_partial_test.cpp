@@ -225,10 +225,14 @@ TEST_CASE("ps SSP with partial reads: each read is a version within k or a round
 TEST_CASE("ps over p2p, partial reads: each read is a version within k or a round in progress",
           "[dist][ps]") {
   const int64_t k = GENERATE(1, 2);
-  INFO("k = " << k);
+  // 0: a preview at every push; 1: only at all pushes but one.
+  const int64_t previews = GENERATE(0, 1);
+  INFO("k = " << k << ", dist.ps.previews = " << previews);
   Net net = make_net();
-  PsPeerStrategy strategy(p2p_options("ssp", k), world(), 60.0);
-  check_partial_reads(net, strategy, k, 1);  // at every push
+  PsOptions ps = p2p_options("ssp", k);
+  ps.previews = previews;
+  PsPeerStrategy strategy(ps, world(), 60.0);
+  check_partial_reads(net, strategy, k, previews == 0 ? 1 : world()->size() - 1);
 }
 
 TEST_CASE("ps SSP(0) with partial reads is BSP, bit for bit", "[dist][ps]") {
