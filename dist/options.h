@@ -103,10 +103,10 @@ struct PsOptions {
   // bytes of a round at 4 workers where a read rarely finds an earlier preview useful.
   int64_t previews = 0;
   // p2p on GPUs: the most thread blocks (so SMs) one NCCL kernel of the links takes (0:
-  // NCCL's choice, up to one per channel of the pair). Each rank
-  // keeps a receive posted from every peer's worker and every peer's server a step ahead,
-  // which spins in all its blocks until the message comes: at 4 GPUs six kernels wait at
-  // once, beside the compute (dist/ps/peer_links.h).
+  // NCCL's choice, up to one per channel of the pair). Each rank keeps a receive posted from
+  // every peer's worker and every peer's server a step ahead, which spins in all its blocks
+  // until the message comes: at 4 GPUs six kernels wait at once, beside the compute
+  // (dist/ps/peer_links.h).
   int64_t link_ctas = 2;
   // ssp over collectives: a forward s steps stale reads w_v + s (w_v - w_{v-1}), version v's
   // last step taken s more times (weight prediction, SpecTrain: Chen et al. 2018), the
