@@ -1,5 +1,9 @@
 #include "dist/ps/peer_links.h"
 
+#include "common/error.h"
+
+#include <torch/torch.h>
+
 #include <algorithm>
 
 namespace dtrain::dist {
@@ -14,6 +18,28 @@ int partner(int i, int round, int n) {
   if (i == circle) return round;
   if (i == round) return circle;
   return ((2 * round - i) % circle + circle) % circle;
+}
+
+// One message over each of a pair's four links, in the direction it carries, holding the
+// sender's world rank. On NCCL a link connects at its first operation, and that set-up is a
+// host call that waits for the peer and allocates on the device: done here, while no kernel
+// of the transport is spinning, it cannot wait behind one, and the links' wiring is checked.
+void connect(const PsPeerLinks& link, bool lower, int me, int peer_rank, torch::Device device) {
+  const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  const std::shared_ptr<Communicator> in_order[] = {
+      lower ? link.push_out : link.push_in, lower ? link.push_in : link.push_out,
+      lower ? link.pull_out : link.pull_in, lower ? link.pull_in : link.pull_out};
+  for (const std::shared_ptr<Communicator>& comm : in_order) {
+    if (comm == link.push_out || comm == link.pull_out) {
+      comm->send(torch::full({1}, me, options), link.peer, /*tag=*/0)->wait();
+    } else {
+      torch::Tensor from = torch::full({1}, -1, options);
+      comm->recv(from, link.peer, /*tag=*/0)->wait();
+      const auto sender = static_cast<int>(from.item<float>());
+      DTRAIN_CHECK(sender == peer_rank, "ps links: rank {} expected rank {} on a link, got {}",
+                   me, peer_rank, sender);
+    }
+  }
 }
 
 }  // namespace
@@ -44,6 +70,7 @@ std::vector<PsPeerLinks> make_peer_links(Communicator& world, int max_ctas) {
     link.pull_in = lower ? fourth : third;
     link.peer = 1 - pair->rank();
     link.pair = std::move(pair);
+    connect(link, lower, me, peer, world.device());
   }
   return links;
 }

@@ -29,7 +29,8 @@ struct PsPeerLinks {
 // Links to every other rank of `world`, indexed by world rank (this rank's own entry empty).
 // Collective over `world`: the pairs are formed in rounds (a round-robin tournament), each
 // round one split of the world into pairs, then four duplicates of each pair whose NCCL
-// kernels take at most `max_ctas` thread blocks (0: NCCL's choice).
+// kernels take at most `max_ctas` thread blocks (0: NCCL's choice), each connected by a first
+// message before the next round.
 std::vector<PsPeerLinks> make_peer_links(Communicator& world, int max_ctas);
 
 }  // namespace dtrain::dist
