@@ -29,8 +29,11 @@ export NCCL_NVLS_ENABLE=0
 if [ "$what" = build ] || [ "$what" = all ]; then
   gpu_build dist_tests trainer
   echo "== parameter-server tests"
-  (cd build-gpu && ctest --output-on-failure -R '^dist\.(ps|piece_state|ssp_newest|ssp_partial|p2p)' -j 4) \
-    >"$out/ctest.log" 2>&1
+  # Bounded as a whole (TESTS_S), so that a suite that deadlocks leaves the call's 600 s
+  # enough to say so.
+  (cd build-gpu && timeout "${TESTS_S:-360}" ctest --output-on-failure \
+    -R '^dist\.(ps|piece_state|ssp_newest|ssp_partial|p2p)' -j 4) \
+    >"$out/ctest.log" 2>&1 || echo "ctest: failed or stopped after ${TESTS_S:-360} s"
   grep -E "Test +#|tests passed|FAILED|Failed" "$out/ctest.log" | tail -15
 fi
 [ "$what" = build ] && exit 0
