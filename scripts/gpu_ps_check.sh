@@ -101,7 +101,9 @@ if [ "$what" = p2p ] || [ "$what" = all ]; then
   # workers slowed 1.5x in turn, SSP(2) with partial reads against BSP and DDP to a training
   # loss, at momentum 0.5 (BSP's best in the runs of 2026-11-27); the partial reads also with
   # the links at 8 blocks and with one preview a round (previews1), for a preview that waits
-  # on the link behind earlier ones. P2P_SET: more options for every run of both sweeps.
+  # on the link behind earlier ones. A report is a collective, where SSP's slack ends: every
+  # 3 x GPUs steps, a whole number of the straggler's turns, every worker has been slowed
+  # as often when it comes. P2P_SET: more options for every run of both sweeps.
   p2p_steps=${P2P_STEPS:-300}
   read -ra p2p_set <<<"${P2P_SET:-}"
   echo "== ResNet-50 bf16 on $gpus GPUs, 60 steps: the p2p transport"
@@ -116,7 +118,7 @@ if [ "$what" = p2p ] || [ "$what" = all ]; then
     --strategies "${P2P_REAL:-ddp ps:bsp ps:bsp+p2p ps:ssp2+p2p+partial ps:ssp2+p2p+partial+ctas8 ps:ssp2+p2p+partial+previews1 ps:ssp2+p2p+newest}" \
     --set data.dataset=fashion_mnist --set data.augment=false --set data.path="$data" \
     --set train.eval_every=0 --set optim.momentum=0.5 --set optim.nesterov=false \
-    --set schedule.warmup_epochs=0.25 --set run.log_every=10 --set debug.slow_factor=1.5 \
+    --set schedule.warmup_epochs=0.25 --set run.log_every=$((3 * gpus)) --set debug.slow_factor=1.5 \
     --set "debug.slow_ranks=[$(seq -s, 0 $((gpus - 1)))]" --set debug.slow_pattern=rotating \
     --set dist.timeout_s=120 "${p2p_set[@]}" | tee "$out/p2p_real.md"
   scripts/time_to_loss.py "$out/p2p_real" 1.0 0.7 0.5 0.4 0.35 | tee "$out/p2p_real.time_to_loss.md"
