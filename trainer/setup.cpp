@@ -9,6 +9,7 @@
 #include "dist/placement.h"
 #include "dist/sync_batchnorm.h"
 #include "trainer/config.h"
+#include "trainer/kernel_warmup.h"
 #include "trainer/run_dir.h"
 #include "trainer/version.h"
 #include "models/batch_norm.h"
@@ -120,6 +121,25 @@ bool finish_on_device(const data::DataOptions& options, const data::Dataset& dat
   return options.image_transform != "host" && possible;
 }
 
+// The batch sizes this rank evaluates: data.eval_batch_size, and what the last step leaves.
+std::vector<int64_t> eval_batch_sizes(const Config& config, const data::Dataset* test_set,
+                                      const dist::DataGroup& group) {
+  if (test_set == nullptr) return {};
+  data::SamplerOptions sampling;
+  sampling.dataset_size = test_set->size();
+  sampling.batch_size = config.data.eval_batch_size;
+  sampling.rank = group.rank;
+  sampling.world_size = group.size;
+  sampling.drop_last = false;
+  const data::ShardedSampler sampler(sampling);
+  std::vector<int64_t> sizes;
+  for (const int64_t step : {int64_t{0}, sampler.steps_per_epoch() - 1}) {
+    const int64_t n = step < 0 ? 0 : sampler.batch_count(step, 0);
+    if (n > 0 && std::find(sizes.begin(), sizes.end(), n) == sizes.end()) sizes.push_back(n);
+  }
+  return sizes;
+}
+
 std::unique_ptr<data::Loader> make_loader(std::shared_ptr<const data::Dataset> dataset,
                                           const Config& config, data::Split split,
                                           const dist::DataGroup& group, torch::Device device) {
@@ -163,11 +183,14 @@ RunSetup build_run(const Config& config) {
                                     ps.consistency == "ssp" && ps.staleness > 0 &&
                                     ps.use_collectives(/*on_gpus=*/true);
   // Over point-to-point links every stream needs a queue of its own: a receive posted before
-  // its peer's send would otherwise hold up the work queued behind it (dist/ps/peer.h).
+  // its peer's send would otherwise hold up the work queued behind it. And every kernel is
+  // loaded at start: a kernel loaded at its first launch waits for all the GPU's work, a
+  // receive that waits for a peer doing the same included (dist/ps/peer.h).
   const bool p2p = config.dist.strategy == dist::StrategyKind::kPs &&
                    dist::ps_uses_p2p(ps, /*on_gpus=*/true);
   if (p2p) {
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
+    setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
   } else if (!ssp_over_collectives) {
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", /*overwrite=*/0);
   }
@@ -226,6 +249,10 @@ RunSetup build_run(const Config& config) {
     const int64_t layers = models::set_batchnorm_training_forward(
         *setup.model, dist::sync_batchnorm_forward(group.comm));
     log::info("SyncBatchNorm: {} BatchNorm layers use the global batch's statistics", layers);
+  }
+  if (p2p && setup.device.is_cuda()) {
+    warm_up_kernels(*setup.model, config, {shape.channels, shape.height, shape.width},
+                    eval_batch_sizes(config, test_set.get(), group), setup.device);
   }
   const optim::OptimizerOptions optimizer_options = config.optim;
   setup.strategy->attach(*setup.model, [optimizer_options](const std::vector<torch::Tensor>& p) {

@@ -91,6 +91,15 @@ PsPeerStrategy::PsPeerStrategy(PsOptions options, std::shared_ptr<Communicator> 
           "before CUDA starts, as the trainer does; here it is {}",
           needed, set ? set : "unset (8)"));
     }
+    const char* loading = std::getenv("CUDA_MODULE_LOADING");
+    if (loading == nullptr || std::string(loading) != "EAGER") {
+      throw UserError(fmt::format(
+          "dist.ps.transport = \"p2p\" on GPUs needs CUDA_MODULE_LOADING=EAGER (a kernel "
+          "loaded at its first launch waits for every kernel on the GPU, a receive waiting for "
+          "a peer that does the same included: a deadlock), set before CUDA starts, as the "
+          "trainer does; here it is {}",
+          loading ? loading : "unset (LAZY)"));
+    }
     server_stream_ =
         c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStreamFromGlobalPool(
             comm_->device());
