@@ -51,7 +51,7 @@ void warm_up_kernels(models::Model& model, const Config& config, std::vector<int
   for (torch::Tensor& param : model.parameters()) param.mutable_grad().reset();
   size_t i = 0;
   for (torch::Tensor& buffer : model.buffers()) buffer.copy_(buffers[i++]);
-  torch::cuda::synchronize();
+  if (device.is_cuda()) torch::cuda::synchronize();
 }
 
 }  // namespace dtrain::trainer
