@@ -19,7 +19,9 @@
 // The links (dist/ps/peer_links.h) are four per pair of ranks, each with a stream on NCCL,
 // and receives are posted before their sends: a GPU needs a hardware queue per stream
 // (CUDA_DEVICE_MAX_CONNECTIONS=32, which the trainer sets), or a receive waiting for a peer
-// could hold up the compute queued behind it.
+// could hold up the compute queued behind it; and every kernel loaded before the links post
+// anything (CUDA_MODULE_LOADING=EAGER and trainer/kernel_warmup.h), since a kernel's first
+// launch may wait for all the GPU's work, such a receive included.
 //
 // Sync points (evaluation, checkpoints, the end) read every server's last whole round; the
 // model is then the servers' and the same on every rank, and BatchNorm's running statistics
