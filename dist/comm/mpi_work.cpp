@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/thread_stacks.h"
 #include "dist/comm/mpi_communicator.h"
 #include "dist/comm/mpi_types.h"
 
@@ -35,6 +36,7 @@ void poll_until(const std::function<bool()>& done, double timeout_s, ProgressCha
   for (int polls = 0; !done(); ++polls) {
     if (Clock::now() > deadline) {
       log::error("rank {}: {}; ending the job", error_rank(), overdue());
+      log::to_file(thread_stacks());  // where this rank's threads sit
       abort_world(3);
     }
     // Spin briefly for short operations, then sleep so a stuck wait leaves the core free.
