@@ -59,6 +59,10 @@ train() {  # NP NAME CONFIG [--set ...]
   rc=$?
   echo "trainer $name: exit $rc, $(($(date +%s) - start)) s"
   grep -E "step [0-9]+/[0-9]+ |resumed|final test|error" "$out/train_$name.log" | tail -3
+  # A rank that timed out wrote its threads' stacks to its log: the frames of dtrain, NCCL
+  # and CUDA of rank 0's (the run's files may not all come back from the device).
+  [ $rc = 0 ] || awk '/^stacks of/{on=1} on && /^thread |dtrain::|nccl|libcuda|libcudnn|libcublas/' \
+    "$out/runs/$name/train.log" 2>/dev/null | cut -c1-160 | head -40
 }
 
 suite 2 p2p
