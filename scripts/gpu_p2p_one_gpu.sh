@@ -60,9 +60,14 @@ train() {  # NP NAME CONFIG [--set ...]
   echo "trainer $name: exit $rc, $(($(date +%s) - start)) s"
   grep -E "step [0-9]+/[0-9]+ |resumed|final test|error" "$out/train_$name.log" | tail -3
   # A rank that timed out wrote its threads' stacks to its log: the frames of dtrain, NCCL
-  # and CUDA of rank 0's (the run's files may not all come back from the device).
-  [ $rc = 0 ] || awk '/^stacks of/{on=1} on && /^thread |dtrain::|nccl|libcuda|libcudnn|libcublas/' \
-    "$out/runs/$name/train.log" 2>/dev/null | cut -c1-160 | head -40
+  # and CUDA of the first such rank (the run's files may not all come back from the device).
+  [ $rc = 0 ] || for log in "$out/runs/$name"/train*.log; do
+    grep -q "^stacks of" "$log" 2>/dev/null || continue
+    echo "${log##*/}:"
+    awk '/^stacks of/{on=1} on && /^thread |dtrain::|nccl|libcuda|libcudnn|libcublas/' "$log" |
+      cut -c1-160 | head -40
+    break
+  done
 }
 
 suite 2 p2p
