@@ -30,10 +30,6 @@ class ProbedMessage {
 
 namespace {
 
-std::string peer_name(int source) {
-  return source == kAnySource ? "any rank" : fmt::format("rank {}", source);
-}
-
 std::string tag_name(int tag) { return tag == kAnyTag ? "any tag" : fmt::format("tag {}", tag); }
 
 class MpiCommunicator : public Communicator {
@@ -138,7 +134,8 @@ class MpiCommunicator : public Communicator {
     MPI_Request request;
     DTRAIN_MPI_CHECK(MPI_Isend(tensor.data_ptr(), count(tensor), mpi_type(tensor), peer, tag,
                                comm_, &request));
-    return make_work(request, fmt::format("send to rank {} (tag {})", peer, tag), tensor, {});
+    return make_work(request, fmt::format("send to {} (tag {})", peer_name(peer), tag), tensor,
+                     {});
   }
 
   std::unique_ptr<Work> recv(torch::Tensor tensor, int peer, int tag) override {
@@ -188,7 +185,8 @@ class MpiCommunicator : public Communicator {
     DTRAIN_MPI_CHECK(MPI_Imrecv(tensor.data_ptr(), count(tensor), mpi_type(tensor),
                                 &envelope.message->message, &request));
     return make_work(request,
-                     fmt::format("recv from rank {} (tag {})", envelope.source, envelope.tag),
+                     fmt::format("recv from {} (tag {})", peer_name(envelope.source),
+                                 envelope.tag),
                      tensor, {nullptr, nullptr, /*receive=*/true});
   }
 
@@ -247,6 +245,12 @@ class MpiCommunicator : public Communicator {
     DTRAIN_CHECK(tensor.device().is_cpu() && tensor.is_contiguous(),
                  "{} on MPI needs a contiguous CPU tensor, got {} {}", op, tensor.device().str(),
                  tensor.is_contiguous() ? "contiguous" : "strided");
+  }
+
+  // As the job numbers it (this communicator's rank `source` may be another there).
+  std::string peer_name(int source) const {
+    return source == kAnySource ? "any rank"
+                                : fmt::format("rank {}", progress_->world_rank(source));
   }
 
   void check_rank(int rank, const char* role) const {

@@ -29,6 +29,15 @@ ProgressChannel::ProgressChannel(MPI_Comm comm) {
   DTRAIN_CHECK(MPI_Comm_dup(comm, &side_) == MPI_SUCCESS, "MPI_Comm_dup failed");
   MPI_Comm_rank(side_, &rank_);
   MPI_Comm_size(side_, &size_);
+  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  MPI_Comm_group(side_, &group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  std::vector<int> ranks(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) ranks[static_cast<size_t>(r)] = r;
+  world_ranks_.assign(static_cast<size_t>(size_), -1);
+  MPI_Group_translate_ranks(group, size_, ranks.data(), world, world_ranks_.data());
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
 }
 
 ProgressChannel::~ProgressChannel() {
@@ -105,8 +114,8 @@ std::string ProgressChannel::missing_ranks(int64_t sequence, double grace_s) {
     const int64_t peer_reached = reached[static_cast<size_t>(peer)];
     if (peer_reached >= sequence) continue;
     if (!missing.empty()) missing += ", ";
-    missing += peer_reached < 0 ? fmt::format("{} (no answer)", peer)
-                                : fmt::format("{} (at #{})", peer, peer_reached);
+    missing += peer_reached < 0 ? fmt::format("{} (no answer)", world_rank(peer))
+                                : fmt::format("{} (at #{})", world_rank(peer), peer_reached);
   }
   return missing.empty() ? "none found" : missing;
 }

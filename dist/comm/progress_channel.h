@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace dtrain::dist {
 
@@ -39,8 +40,15 @@ class ProgressChannel {
   // Answers every pending query with the number of operations issued so far.
   void answer_queries();
 
+  // The rank in MPI_COMM_WORLD (the job's, as mpirun numbers it) of this channel's `rank`:
+  // what messages name, whatever sub-communicator they are about (a rank out of range is
+  // left as it is, for the caller's check to name).
+  int world_rank(int rank) const {
+    return rank >= 0 && rank < size_ ? world_ranks_[static_cast<size_t>(rank)] : rank;
+  }
+
   // The ranks that have not issued operation `sequence` after waiting up to `grace_s` for
-  // their answers, or "none found".
+  // their answers, or "none found"; named as in the world.
   std::string missing_ranks(int64_t sequence, double grace_s);
 
  private:
@@ -49,6 +57,7 @@ class ProgressChannel {
   MPI_Comm side_;
   int rank_ = 0;
   int size_ = 1;
+  std::vector<int> world_ranks_;  // by rank here
   std::atomic<int64_t> issued_{0};
   std::mutex mutex_;            // one thread at a time probes and receives on side_
   std::deque<int64_t> answers_;  // send buffers must outlive their freed requests
