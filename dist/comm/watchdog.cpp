@@ -2,7 +2,6 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "common/thread_stacks.h"
 
 #include <fmt/format.h>
 
@@ -112,14 +111,12 @@ void Watchdog::timer_loop() {
             : "a rank died or never joined";
     end_job(fmt::format("rank {}: {} did not complete within dist.timeout_s = {} s: {}; ending "
                         "the job",
-                        error_rank(), overdue->describe(), timeout_s_, missing),
-            /*with_stacks=*/true);
+                        error_rank(), overdue->describe(), timeout_s_, missing));
   }
 }
 
-void Watchdog::end_job(const std::string& message, bool with_stacks) {
+void Watchdog::end_job(const std::string& message) {
   log::error("{}", message);
-  if (with_stacks) log::to_file(thread_stacks());  // where this rank's threads sit
   // Should aborting hang (NCCL or MPI waiting on the stuck device), the rank still exits, and
   // mpirun ends the others.
   std::thread([] {

@@ -69,8 +69,7 @@ class Watchdog {
   void timer_loop();
   // Waits one poll interval; false once stopping.
   bool sleep_interval();
-  // with_stacks: every thread's stack into the log file too (common/thread_stacks.h).
-  [[noreturn]] void end_job(const std::string& message, bool with_stacks = false);
+  [[noreturn]] void end_job(const std::string& message);
 
   double timeout_s_;
   WatchdogHooks hooks_;
