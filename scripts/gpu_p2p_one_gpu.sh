@@ -5,10 +5,11 @@
 # threads, where GPUs of one machine would use NVLink). Kernels of different processes take
 # turns on the GPU, so the figures say nothing of speed; what this shows is whether the links,
 # the server thread and the trainer around them finish or deadlock.
-# Builds build-gpu, then runs the p2p suite at np2 and np4 and the trainer: SimpleCNN on
-# Fashion-MNIST (FASHION_MNIST, default .cache/fashion-mnist) under SSP(2) with partial
-# reads and a 1.5x straggler in turn at np4, BSP with checkpoints at np3, ResNet-50 bf16 at
-# np4. Each run is bounded (RUN_S, default 150 s) and the whole stops starting runs after
+# Builds build-gpu, then runs the p2p suite at np2 and np4 and the trainer on Fashion-MNIST
+# (FASHION_MNIST, default .cache/fashion-mnist): SimpleCNN under SSP(2) with partial reads
+# and a 1.5x straggler in turn at np4, in fp32 and in bf16 channels-last; ResNet-50 bf16 at
+# np4 with 0.1 MiB chunks and with its config's 25 MiB; BSP with checkpoints and a resume at
+# np3. Each run is bounded (RUN_S, default 150 s) and the whole stops starting runs after
 # DEADLINE_S (default 540 s), inside a device call.
 #   usage: scripts/gpu_p2p_one_gpu.sh OUT_DIR
 set -uo pipefail
@@ -72,15 +73,20 @@ train() {  # NP NAME CONFIG [--set ...]
 }
 
 suite 2 p2p
-train 4 ssp2_partial configs/fashion_mnist_ps.toml --set train.max_steps=96 \
-  --set dist.ps.ssp_reads=partial --set debug.slow_factor=1.5 \
-  --set "debug.slow_ranks=[0,1,2,3]" --set debug.slow_pattern=rotating
+straggler=(--set dist.ps.ssp_reads=partial --set debug.slow_factor=1.5
+  --set "debug.slow_ranks=[0,1,2,3]" --set debug.slow_pattern=rotating)
+train 4 ssp2_partial configs/fashion_mnist_ps.toml --set train.max_steps=96 "${straggler[@]}"
+# ResNet-50's differences from SimpleCNN one at a time: precision and memory format, then the
+# model at SimpleCNN's chunk size, then at its own (25 MiB).
+train 4 ssp2_partial_bf16 configs/fashion_mnist_ps.toml --set train.max_steps=96 \
+  --set train.precision=bf16 --set train.channels_last=true "${straggler[@]}"
+r50=(--set dist.ps.ssp_reads=partial --set data.dataset=fashion_mnist --set data.augment=false
+  --set train.max_steps=36 --set train.epochs=1)
+train 4 resnet50_small_chunks configs/resnet50_ps.toml "${r50[@]}" --set dist.ps.chunk_mb=0.1
+train 4 resnet50 configs/resnet50_ps.toml "${r50[@]}" "${r50_set[@]}"
 train 3 bsp configs/fashion_mnist_ps.toml --set train.max_steps=24 \
   --set dist.ps.consistency=bsp --set train.checkpoint_every=12
 train 3 bsp configs/fashion_mnist_ps.toml --set train.max_steps=48 \
   --set dist.ps.consistency=bsp --set train.checkpoint_every=12 --resume
-train 4 resnet50_ssp2_partial configs/resnet50_ps.toml --set dist.ps.ssp_reads=partial \
-  --set data.dataset=fashion_mnist --set data.augment=false --set train.max_steps=36 \
-  --set train.epochs=1 "${r50_set[@]}"
 suite 4 p2p
 echo "total $(($(date +%s) - t0)) s"
