@@ -60,16 +60,7 @@ train() {  # NP NAME CONFIG [--set ...]
   rc=$?
   echo "trainer $name: exit $rc, $(($(date +%s) - start)) s"
   grep -E "step [0-9]+/[0-9]+ |resumed|final test|error" "$out/train_$name.log" | tail -3
-  # A rank that timed out may have written its threads' stacks to its log (common/
-  # thread_stacks.h): the frames of dtrain, NCCL and CUDA of the first such rank (the run's
-  # files may not all come back from the device).
-  [ $rc = 0 ] || for log in "$out/runs/$name"/train*.log; do
-    grep -q "^stacks of" "$log" 2>/dev/null || continue
-    echo "${log##*/}:"
-    awk '/^stacks of/{on=1} on && /^thread |dtrain::|nccl|libcuda|libcudnn|libcublas/' "$log" |
-      cut -c1-160 | head -40
-    break
-  done
+  [ $rc = 0 ] || scripts/stack_frames.sh "$out/runs/$name"/train*.log
 }
 
 suite 2 p2p

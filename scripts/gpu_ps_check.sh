@@ -122,15 +122,7 @@ if [ "$what" = p2p ] || [ "$what" = all ]; then
     --set "debug.slow_ranks=[$(seq -s, 0 $((gpus - 1)))]" --set debug.slow_pattern=rotating \
     --set dist.timeout_s=120 "${p2p_set[@]}" | tee "$out/p2p_real.md"
   scripts/time_to_loss.py "$out/p2p_real" 1.0 0.7 0.5 0.4 0.35 | tee "$out/p2p_real.time_to_loss.md"
-  # A run that timed out may have left its threads' stacks in a rank's log
-  # (common/thread_stacks.h): the first such, its frames of dtrain, NCCL and CUDA.
-  for log in "$out"/p2p_uniform/*/train*.log "$out"/p2p_real/*/train*.log; do
-    grep -q "^stacks of" "$log" 2>/dev/null || continue
-    echo "== stacks in $log"
-    awk '/^stacks of/{on=1} on && /^thread |dtrain::|nccl|libcuda|libcudnn|libcublas/' "$log" |
-      cut -c1-160 | head -40
-    break
-  done
+  scripts/stack_frames.sh "$out"/p2p_uniform/*/train*.log "$out"/p2p_real/*/train*.log
 fi
 
 if [ "$what" = dedicated ] || [ "$what" = all ]; then
