@@ -174,13 +174,13 @@ class NcclCommunicator : public Communicator {
 
   std::unique_ptr<Work> send(torch::Tensor tensor, int peer, int tag) override {
     return post(std::move(tensor), peer, /*is_send=*/true,
-                fmt::format("send to rank {} (tag {})", peer, tag));
+                fmt::format("send to rank {} (tag {})", progress_->world_rank(peer), tag));
   }
 
   std::unique_ptr<Work> recv(torch::Tensor tensor, int peer, int tag) override {
     if (peer == kAnySource) mpi_only("recv from any rank");
     return post(std::move(tensor), peer, /*is_send=*/false,
-                fmt::format("recv from rank {} (tag {})", peer, tag));
+                fmt::format("recv from rank {} (tag {})", progress_->world_rank(peer), tag));
   }
 
   std::optional<Envelope> iprobe(int /*source*/, int /*tag*/) override { mpi_only("iprobe"); }

@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/thread_stacks.h"
 
 #include <fmt/format.h>
 
@@ -111,12 +112,14 @@ void Watchdog::timer_loop() {
             : "a rank died or never joined";
     end_job(fmt::format("rank {}: {} did not complete within dist.timeout_s = {} s: {}; ending "
                         "the job",
-                        error_rank(), overdue->describe(), timeout_s_, missing));
+                        error_rank(), overdue->describe(), timeout_s_, missing),
+            /*with_stacks=*/true);
   }
 }
 
-void Watchdog::end_job(const std::string& message) {
+void Watchdog::end_job(const std::string& message, bool with_stacks) {
   log::error("{}", message);
+  if (with_stacks) log::to_file(thread_stacks());  // where this rank's threads sit
   // Should aborting hang (NCCL or MPI waiting on the stuck device), the rank still exits, and
   // mpirun ends the others.
   std::thread([] {

@@ -69,7 +69,8 @@ class Watchdog {
   void timer_loop();
   // Waits one poll interval; false once stopping.
   bool sleep_interval();
-  [[noreturn]] void end_job(const std::string& message);
+  // with_stacks: every thread's stack into the log file too (common/thread_stacks.h).
+  [[noreturn]] void end_job(const std::string& message, bool with_stacks = false);
 
   double timeout_s_;
   WatchdogHooks hooks_;
