@@ -8,8 +8,13 @@ namespace {
 
 // Atomic: the trainer's thread clears it, autograd's thread requests and takes.
 std::atomic<int> requests_left{0};
+std::atomic<bool> standing{false};
 
 }  // namespace
+
+void set_standing_communication(bool on) { standing.store(on); }
+
+bool standing_communication() { return standing.load(); }
 
 void request_shared_kernels(int layers) { requests_left.fetch_add(layers); }
 

@@ -1,6 +1,7 @@
 #include "models/batch_norm.h"
 
 #include "common/error.h"
+#include "common/shared_kernels.h"
 #if DTRAIN_CUDNN
 #include "models/batch_norm_cudnn.h"
 #endif
@@ -31,7 +32,9 @@ torch::Tensor BatchNormImpl::forward(const torch::Tensor& input) {
                              options_.eps);
   }
 #if DTRAIN_CUDNN
-  if (is_training() && cudnn_bf16::accepts(input, weight, options_.eps)) {
+  // Not beside standing communication: ATen's kernels, forward and backward, share the GPU.
+  if (is_training() && !standing_communication() &&
+      cudnn_bf16::accepts(input, weight, options_.eps)) {
     return cudnn_bf16::batch_norm_training(input, weight, bias, running_mean, running_var,
                                            options_.momentum, options_.eps);
   }

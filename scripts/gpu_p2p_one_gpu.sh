@@ -5,12 +5,14 @@
 # threads, where GPUs of one machine would use NVLink). Kernels of different processes take
 # turns on the GPU, so the figures say nothing of speed; what this shows is whether the links,
 # the server thread and the trainer around them finish or deadlock.
-# Builds build-gpu, then runs the p2p suite at np2 and np4 and the trainer on Fashion-MNIST
+# Builds build-gpu, then runs the BatchNorm tests (cuDNN's kernels, and ATen's beside standing
+# communication), the p2p suite at np2 and np4 and the trainer on Fashion-MNIST
 # (FASHION_MNIST, default .cache/fashion-mnist): SimpleCNN under SSP(2) with partial reads
 # and a 1.5x straggler in turn at np4, in fp32 and in bf16 channels-last; ResNet-50 bf16 at
 # np4 with 0.1 MiB chunks and with its config's 25 MiB; BSP with checkpoints and a resume at
 # np3. Each run is bounded (RUN_S, default 150 s) and the whole stops starting runs after
-# DEADLINE_S (default 540 s), inside a device call.
+# DEADLINE_S (default 540 s), inside a device call. Runs write under RUNS (default
+# /tmp/p2p_runs); OUT_DIR gets each run's logs and the stacks of a rank that timed out.
 #   usage: scripts/gpu_p2p_one_gpu.sh OUT_DIR
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +21,10 @@ mkdir -p "$out"
 t0=$(date +%s)
 . scripts/gpu_build.sh  # gpu_build; the GPU environment (scripts/gpu_env.sh)
 nvidia-smi -L | tee "$out/gpus.txt"
-gpu_build dist_tests trainer
+gpu_build dist_tests models_tests trainer
+build-gpu/tests/models_tests "[batch_norm]" 2>&1 | tail -2
+runs=${RUNS:-/tmp/p2p_runs}
+rm -rf "$runs"
 export DTRAIN_RANKS_PER_NODE=1 NCCL_SOCKET_IFNAME=lo OMP_NUM_THREADS=1
 # As tests/CMakeLists.txt sets them for the NCCL suites (the trainer sets its own).
 export CUDA_DEVICE_MAX_CONNECTIONS=32 CUDA_MODULE_LOADING=EAGER
@@ -55,12 +60,13 @@ train() {  # NP NAME CONFIG [--set ...]
   start=$(date +%s)
   bounded "$out/train_$name.log" "${mpi[@]}" -np "$np" "${per_rank[@]}" \
     build-gpu/trainer --config "$config" --set run.device=cuda --set data.path="$data" \
-    --set run.out_dir="$out/runs" --set run.name="$name" --set run.log_every=12 \
+    --set run.out_dir="$runs" --set run.name="$name" --set run.log_every=12 \
     --set dist.ps.transport=p2p --set dist.timeout_s=60 "$@"
   rc=$?
   echo "trainer $name: exit $rc, $(($(date +%s) - start)) s"
   grep -E "step [0-9]+/[0-9]+ |resumed|final test|error" "$out/train_$name.log" | tail -3
-  [ $rc = 0 ] || scripts/stack_frames.sh "$out/runs/$name"/train*.log
+  mkdir -p "$out/logs/$name" && cp "$runs/$name"/train*.log "$out/logs/$name/" 2>/dev/null
+  [ $rc = 0 ] || scripts/stack_frames.sh "$runs/$name"/train*.log >"$out/stacks_$name.txt"
 }
 
 suite 2 p2p

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -309,7 +310,8 @@ class NcclCommunicator : public Communicator {
     } else {
       name = [op, sequence] { return fmt::format("{} #{}", op, sequence); };
     }
-    watchdog_.watch(std::move(name), sequence, [events] { return events->done(); });
+    watchdog_.watch(std::move(name), sequence, [events] { return events->done(); },
+                    [events] { return events->has_started(); });
     launch(used, call, {events}, /*captured=*/false);
     return std::make_unique<NcclWork>(events, device_, nullptr, std::nullopt);
   }
@@ -334,7 +336,8 @@ class NcclCommunicator : public Communicator {
     std::vector<torch::Tensor> used;
     std::vector<std::shared_ptr<LaunchEvents>> group_events;
     for (const Posted& op : group) {
-      watchdog_.watch(op.what, op.sequence, [events = op.events] { return events->done(); });
+      watchdog_.watch(op.what, op.sequence, [events = op.events] { return events->done(); },
+                      [events = op.events] { return events->has_started(); });
       used.push_back(op.tensor);
       group_events.push_back(op.events);
     }
@@ -357,6 +360,7 @@ class NcclCommunicator : public Communicator {
   void launch(const std::vector<torch::Tensor>& used, const std::function<void(cudaStream_t)>& call,
               const std::vector<std::shared_ptr<LaunchEvents>>& events, bool captured) {
     c10::cuda::CUDAGuard guard(device_);
+    const std::lock_guard<std::timed_mutex> calls(nccl_calls_);
     const cudaStream_t stream = stream_.stream();
     ready_.record(c10::cuda::getCurrentCUDAStream(device_).stream());
     DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream, ready_.get(), 0));
@@ -390,7 +394,10 @@ class NcclCommunicator : public Communicator {
 
   // On the watchdog's thread, after it logged the timeout.
   void abort_job() {
-    if (ncclComm_t comm = comm_.load()) {
+    // Held from here to the end: a thread that launches on this communicator after its abort
+    // would use what the abort freed. One stuck in a launch keeps it, and NCCL's abort with it.
+    const bool calls_stopped = nccl_calls_.try_lock_for(kAbortGrace);  // never unlocked
+    if (ncclComm_t comm = calls_stopped ? comm_.load() : nullptr) {
       ncclResult_t async_error = ncclSuccess;
       if (ncclCommGetAsyncError(comm, &async_error) == ncclSuccess && async_error != ncclSuccess) {
         log::error("rank {}: NCCL reports: {} ({})", error_rank(), ncclGetErrorString(async_error),
@@ -415,6 +422,7 @@ class NcclCommunicator : public Communicator {
   double timeout_s_;
   c10::cuda::CUDAStream stream_;
   CudaEvent ready_;  // re-recorded for each operation: a stream wait uses the latest record
+  std::timed_mutex nccl_calls_;  // launches, against the watchdog's abort
   // Each operation's started and finished, and now()'s: timed while timing() is on.
   std::shared_ptr<CudaEventPool> timing_events_;
   std::shared_ptr<CudaEventPool> untimed_events_;

@@ -84,6 +84,8 @@ class LaunchEvents {
   void set(std::shared_ptr<CudaEvent> started, std::shared_ptr<CudaEvent> finished);
   bool launched() const { return launched_.load(std::memory_order_acquire); }
   bool done() const { return launched() && finished_->query(); }
+  // Its stream has reached it: its kernel runs (or has run).
+  bool has_started() const { return launched() && started_->query(); }
   // Checked: only a launched operation has them.
   const std::shared_ptr<CudaEvent>& started() const;
   const std::shared_ptr<CudaEvent>& finished() const;

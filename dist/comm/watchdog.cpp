@@ -38,11 +38,12 @@ Watchdog::~Watchdog() {
 }
 
 void Watchdog::watch(std::function<std::string()> describe, int64_t sequence,
-                     std::function<bool()> done) {
+                     std::function<bool()> done, std::function<bool()> started) {
   auto watched = std::make_shared<Watched>();
   watched->describe = std::move(describe);
   watched->sequence = sequence;
   watched->done = std::move(done);
+  watched->started = std::move(started);
   watched->deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                          std::chrono::duration<double>(timeout_s_));
   {
@@ -79,7 +80,10 @@ void Watchdog::poll_loop() {
       }
       // Without the lock: a query may block (see the header), and watch() must not.
       try {
-        if (!oldest->done()) break;
+        if (!oldest->done()) {
+          if (oldest->started) oldest->seen_started.store(oldest->started() ? 1 : 0);
+          break;
+        }
       } catch (const std::exception& e) {  // a CUDA error raised by a kernel of the operation
         end_job(fmt::format("rank {}: {} failed: {}; ending the job", error_rank(),
                             oldest->describe(), e.what()));
@@ -110,14 +114,23 @@ void Watchdog::timer_loop() {
         overdue->sequence > 0 && hooks_.missing_ranks
             ? "missing rank(s) " + hooks_.missing_ranks(overdue->sequence)
             : "a rank died or never joined";
-    end_job(fmt::format("rank {}: {} did not complete within dist.timeout_s = {} s: {}; ending "
-                        "the job",
-                        error_rank(), overdue->describe(), timeout_s_, missing),
+    const int started = overdue->seen_started.load();
+    const char* state = started == 1   ? " (its kernel had started: waiting for a peer)"
+                        : started == 0 ? " (its kernel had not started: queued behind work issued "
+                                         "before it)"
+                                       : "";
+    end_job(fmt::format("rank {}: {}{} did not complete within dist.timeout_s = {} s: {}; "
+                        "ending the job",
+                        error_rank(), overdue->describe(), state, timeout_s_, missing),
             /*with_stacks=*/true);
   }
 }
 
 void Watchdog::end_job(const std::string& message, bool with_stacks) {
+  static std::atomic<bool> ending{false};
+  if (ending.exchange(true)) {  // another watchdog is ending the job, and the process with it
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
   log::error("{}", message);
   if (with_stacks) log::to_file(thread_stacks());  // where this rank's threads sit
   // Should aborting hang (NCCL or MPI waiting on the stuck device), the rank still exits, and

@@ -46,11 +46,15 @@ class Watchdog {
   // now on, until `done()` returns true. The name is formatted only at a timeout: operations
   // are issued thousands of times a second. `done` runs on the poller's thread. `sequence`:
   // the operation's number on the communicator, whose missing ranks a timeout names; 0 for
-  // none (set-up).
+  // none (set-up). `started` (optional, on the poller's thread too): whether the operation's
+  // kernel has started, which a timeout reports (queued behind other work, or waiting for
+  // its peers).
   void watch(std::function<std::string()> describe, int64_t sequence,
-             std::function<bool()> done);
-  void watch(std::string what, int64_t sequence, std::function<bool()> done) {
-    watch([what = std::move(what)] { return what; }, sequence, std::move(done));
+             std::function<bool()> done, std::function<bool()> started = {});
+  void watch(std::string what, int64_t sequence, std::function<bool()> done,
+             std::function<bool()> started = {}) {
+    watch([what = std::move(what)] { return what; }, sequence, std::move(done),
+          std::move(started));
   }
 
  private:
@@ -59,8 +63,10 @@ class Watchdog {
     std::function<std::string()> describe;
     int64_t sequence = 0;
     std::function<bool()> done;
+    std::function<bool()> started;
     Clock::time_point deadline;
     std::atomic<bool> completed{false};  // set by the poller, read by the timer
+    std::atomic<int> seen_started{-1};   // by the poller: -1 unknown, 0 not started, 1 started
   };
 
   // Queries the watched operations and drops the completed ones.
@@ -69,7 +75,9 @@ class Watchdog {
   void timer_loop();
   // Waits one poll interval; false once stopping.
   bool sleep_interval();
-  // with_stacks: every thread's stack into the log file too (common/thread_stacks.h).
+  // with_stacks: every thread's stack into the log file too (common/thread_stacks.h). Once a
+  // process: the communicators' watchdogs of a stuck step fire together, and one line a rank
+  // says it; the others' threads wait for the end.
   [[noreturn]] void end_job(const std::string& message, bool with_stacks = false);
 
   double timeout_s_;

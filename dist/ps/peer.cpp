@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/shared_kernels.h"
 #include "dist/ps/whole_state.h"
 
 #include <c10/core/Event.h>
@@ -103,10 +104,15 @@ PsPeerStrategy::PsPeerStrategy(PsOptions options, std::shared_ptr<Communicator> 
     server_stream_ =
         c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStreamFromGlobalPool(
             comm_->device());
+    // The receives posted ahead hold SMs until their peers send: no layer may take a kernel
+    // that waits for every SM (cuDNN's persistent BatchNorm), from the kernels' warm-up on.
+    set_standing_communication(true);
   }
 }
 
-PsPeerStrategy::~PsPeerStrategy() = default;
+PsPeerStrategy::~PsPeerStrategy() {
+  if (server_stream_) set_standing_communication(false);
+}
 
 void PsPeerStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) {
   hold(model);

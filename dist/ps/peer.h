@@ -21,7 +21,9 @@
 // (CUDA_DEVICE_MAX_CONNECTIONS=32, which the trainer sets), or a receive waiting for a peer
 // could hold up the compute queued behind it; and every kernel loaded before the links post
 // anything (CUDA_MODULE_LOADING=EAGER and trainer/kernel_warmup.h), since a kernel's first
-// launch may wait for all the GPU's work, such a receive included.
+// launch may wait for all the GPU's work, such a receive included. For the same reason no
+// layer takes a kernel that starts only once every SM is free (cuDNN's persistent BatchNorm:
+// common/shared_kernels.h's standing communication), at a cost in bf16 (docs/PERFORMANCE.md).
 //
 // Sync points (evaluation, checkpoints, the end) read every server's last whole round; the
 // model is then the servers' and the same on every rank, and BatchNorm's running statistics

@@ -143,3 +143,28 @@ TEST_CASE("bf16 BatchNorm on a GPU runs cuDNN's kernels and agrees with ATen's (
                                         ours->running_var, false, 0.1, 1e-5, false),
               1e-2));
 }
+
+TEST_CASE("beside standing communication, bf16 BatchNorm takes ATen's kernels (skipped on CPU)",
+          "[models][batch_norm]") {
+  if (!torch::cuda::is_available()) {
+    WARN("no CUDA device: skipped");
+    return;
+  }
+  const torch::Device cuda(torch::kCUDA, 0);
+  BatchNorm norm(BatchNormOptions{16, /*eps=*/1e-5, /*momentum=*/0.1});
+  norm->to(cuda);
+  const torch::Tensor x = torch::randn({8, 16, 12, 12}, cuda)
+                              .to(torch::kBFloat16)
+                              .contiguous(torch::MemoryFormat::ChannelsLast)
+                              .requires_grad_();
+  dtrain::set_standing_communication(true);  // as the p2p parameter server sets it on GPUs
+  const torch::Tensor beside = norm(x);
+  dtrain::set_standing_communication(false);
+  const torch::Tensor alone = norm(x);
+  REQUIRE(beside.grad_fn());
+  REQUIRE(alone.grad_fn());
+  CHECK(beside.grad_fn()->name() == "NativeBatchNormBackward0");
+#if DTRAIN_CUDNN
+  CHECK(alone.grad_fn()->name().find("CudnnBf16BatchNorm") != std::string::npos);
+#endif
+}
