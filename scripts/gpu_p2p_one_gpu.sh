@@ -11,7 +11,8 @@
 # and a 1.5x straggler in turn at np4, in fp32 and in bf16 channels-last; ResNet-50 bf16 at
 # np4 with 0.1 MiB chunks and with its config's 25 MiB; BSP with checkpoints and a resume at
 # np3. Each run is bounded (RUN_S, default 150 s) and the whole stops starting runs after
-# DEADLINE_S (default 540 s), inside a device call. Runs write under RUNS (default
+# DEADLINE_S (default 540 s), inside a device call. Each rank takes its share of the cores:
+# on an emulated node of its own it would take them all. Runs write under RUNS (default
 # /tmp/p2p_runs); OUT_DIR gets each run's logs and the stacks of a rank that timed out.
 #   usage: scripts/gpu_p2p_one_gpu.sh OUT_DIR
 set -uo pipefail
@@ -61,7 +62,8 @@ train() {  # NP NAME CONFIG [--set ...]
   bounded "$out/train_$name.log" "${mpi[@]}" -np "$np" "${per_rank[@]}" \
     build-gpu/trainer --config "$config" --set run.device=cuda --set data.path="$data" \
     --set run.out_dir="$runs" --set run.name="$name" --set run.log_every=12 \
-    --set dist.ps.transport=p2p --set dist.timeout_s=60 "$@"
+    --set dist.ps.transport=p2p --set dist.timeout_s=60 \
+    --set run.num_threads=$(( $(nproc) / np > 0 ? $(nproc) / np : 1 )) "$@"
   rc=$?
   echo "trainer $name: exit $rc, $(($(date +%s) - start)) s"
   grep -E "step [0-9]+/[0-9]+ |resumed|final test|error" "$out/train_$name.log" | tail -3
