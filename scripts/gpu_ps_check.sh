@@ -122,7 +122,9 @@ if [ "$what" = p2p ] || [ "$what" = all ]; then
     --set "debug.slow_ranks=[$(seq -s, 0 $((gpus - 1)))]" --set debug.slow_pattern=rotating \
     --set dist.timeout_s=120 "${p2p_set[@]}" | tee "$out/p2p_real.md"
   scripts/time_to_loss.py "$out/p2p_real" 1.0 0.7 0.5 0.4 0.35 | tee "$out/p2p_real.time_to_loss.md"
-  scripts/stack_frames.sh "$out"/p2p_uniform/*/train*.log "$out"/p2p_real/*/train*.log
+  scripts/stack_frames.sh "$out"/p2p_uniform/*/train*.log "$out"/p2p_real/*/train*.log \
+    >"$out/stacks_p2p.txt"
+  head -40 "$out/stacks_p2p.txt"
 fi
 
 if [ "$what" = dedicated ] || [ "$what" = all ]; then
