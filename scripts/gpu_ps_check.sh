@@ -103,7 +103,11 @@ if [ "$what" = p2p ] || [ "$what" = all ]; then
   # the links at 8 blocks and with one preview a round (previews1), for a preview that waits
   # on the link behind earlier ones. A report is a collective, where SSP's slack ends: every
   # 3 x GPUs steps, a whole number of the straggler's turns, every worker has been slowed
-  # as often when it comes. P2P_SET: more options for every run of both sweeps.
+  # as often when it comes. The real-data sweep makes its batches on each rank's main thread
+  # (data.num_workers = 0, every strategy alike): beside the p2p transport's standing
+  # receives, a loader worker's pinned allocation is suspected of the hang seen on one H200
+  # (docs/PERFORMANCE.md), and a batch of 28x28 images is small beside a ResNet-50 step.
+  # P2P_SET: more options for every run of both sweeps.
   p2p_steps=${P2P_STEPS:-300}
   read -ra p2p_set <<<"${P2P_SET:-}"
   echo "== ResNet-50 bf16 on $gpus GPUs, 60 steps: the p2p transport"
@@ -117,6 +121,7 @@ if [ "$what" = p2p ] || [ "$what" = all ]; then
     --repeat 1 --config configs/resnet50_ps.toml \
     --strategies "${P2P_REAL:-ddp ps:bsp ps:bsp+p2p ps:ssp2+p2p+partial ps:ssp2+p2p+partial+ctas8 ps:ssp2+p2p+partial+previews1 ps:ssp2+p2p+newest}" \
     --set data.dataset=fashion_mnist --set data.augment=false --set data.path="$data" \
+    --set data.num_workers=0 \
     --set train.eval_every=0 --set optim.momentum=0.5 --set optim.nesterov=false \
     --set schedule.warmup_epochs=0.25 --set run.log_every=$((3 * gpus)) --set debug.slow_factor=1.5 \
     --set "debug.slow_ranks=[$(seq -s, 0 $((gpus - 1)))]" --set debug.slow_pattern=rotating \
