@@ -13,7 +13,8 @@
 # np3. Each run is bounded (RUN_S, default 150 s) and the whole stops starting runs after
 # DEADLINE_S (default 540 s), inside a device call. Each rank takes its share of the cores:
 # on an emulated node of its own it would take them all. Runs write under RUNS (default
-# /tmp/p2p_runs); OUT_DIR gets each run's logs and the stacks of a rank that timed out.
+# /tmp/p2p_runs); OUT_DIR gets each run's output and, for a run that timed out, its ranks'
+# stacks in one file (a device call brings back only a few files).
 #   usage: scripts/gpu_p2p_one_gpu.sh OUT_DIR
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -67,7 +68,6 @@ train() {  # NP NAME CONFIG [--set ...]
   rc=$?
   echo "trainer $name: exit $rc, $(($(date +%s) - start)) s"
   grep -E "step [0-9]+/[0-9]+ |resumed|final test|error" "$out/train_$name.log" | tail -3
-  mkdir -p "$out/logs/$name" && cp "$runs/$name"/train*.log "$out/logs/$name/" 2>/dev/null
   [ $rc = 0 ] || scripts/stack_frames.sh "$runs/$name"/train*.log >"$out/stacks_$name.txt"
 }
 
