@@ -14,7 +14,8 @@
 # DEADLINE_S (default 540 s), inside a device call. Each rank takes its share of the cores:
 # on an emulated node of its own it would take them all. Runs write under RUNS (default
 # /tmp/p2p_runs); OUT_DIR gets each run's output and, for a run that timed out, its ranks'
-# stacks in one file (a device call brings back only a few files).
+# stacks in one file (a device call brings back only a few files). ONLY (an extended regex)
+# keeps the runs whose names match it ("p2p_np2", "ssp2_partial", "resnet50", "bsp", ...).
 #   usage: scripts/gpu_p2p_one_gpu.sh OUT_DIR
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +38,7 @@ per_rank=(bash -c 'export NCCL_HOSTID=emulated-node-$OMPI_COMM_WORLD_RANK; exec 
 data=${FASHION_MNIST:-.cache/fashion-mnist}
 read -ra r50_set <<<"${R50_SET:-}"  # more options for the ResNet-50 run: "--set dist.ps.chunk_mb=1"
 
+wanted() { [[ -z "${ONLY:-}" || $1 =~ ${ONLY} ]]; }
 left() { echo $((${DEADLINE_S:-540} - ($(date +%s) - t0))); }
 bounded() {  # LOG COMMAND...: runs COMMAND under the run's bound, its output into LOG
   local log=$1 limit
@@ -47,6 +49,7 @@ bounded() {  # LOG COMMAND...: runs COMMAND under the run's bound, its output in
 }
 suite() {  # NP SUITE
   local np=$1 name=$2 start rc
+  wanted "${name}_np$np" || return 0
   [ "$(left)" -gt 40 ] || { echo "not run: $name at np$np (out of time)"; return; }
   start=$(date +%s)
   bounded "$out/${name}_np$np.log" "${mpi[@]}" -np "$np" "${per_rank[@]}" \
@@ -58,6 +61,7 @@ suite() {  # NP SUITE
 train() {  # NP NAME CONFIG [--set ...]
   local np=$1 name=$2 config=$3 start rc
   shift 3
+  wanted "$name" || return 0
   [ "$(left)" -gt 40 ] || { echo "not run: trainer $name (out of time)"; return; }
   start=$(date +%s)
   bounded "$out/train_$name.log" "${mpi[@]}" -np "$np" "${per_rank[@]}" \
