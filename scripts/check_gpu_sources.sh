@@ -41,7 +41,7 @@ defines=(-DDTRAIN_CUDA=1 -DDTRAIN_NCCL=1 -DDTRAIN_CUDNN=1 -DDTRAIN_CUDA_KERNELS=
 
 files=("$@")
 if [ ${#files[@]} -eq 0 ]; then
-  mapfile -t files < <({ ls dist/comm/nccl_*.cpp models/batch_norm_cudnn.cpp
+  mapfile -t files < <({ ls dist/comm/nccl_*.cpp dist/comm/cuda_*.cpp models/batch_norm_cudnn.cpp
     grep -rlE --include='*.cpp' 'DTRAIN_(NCCL|CUDNN|CUDA_KERNELS|CUDA)\b' \
       common data dist models optim trainer tests
     find . -name '*.cu' -not -path './build*' -not -path './.deps/*' | sed 's|^\./||'; } | sort -u)

@@ -1,0 +1,32 @@
+// The device backend of dist/comm/shared_regions.h: each rank allocates its region with
+// cudaMalloc, since an IPC handle names a whole allocation, not a block of the caching
+// allocator, and opens every peer's handle. Built only with CUDA.
+#pragma once
+
+#include "dist/comm/shared_regions.h"
+
+#include <vector>
+
+namespace dtrain::dist {
+
+class DeviceSharedRegions : public SharedRegions {
+ public:
+  // Collective over `comm`, on its CUDA device.
+  DeviceSharedRegions(Communicator& comm, int64_t bytes);
+  // Unmaps the peers' regions and frees this rank's.
+  ~DeviceSharedRegions() override;
+  DeviceSharedRegions(const DeviceSharedRegions&) = delete;
+  DeviceSharedRegions& operator=(const DeviceSharedRegions&) = delete;
+
+  int64_t bytes() const override { return bytes_; }
+  // A copy_ into a peer's region is a device-to-device copy, by the copy engines.
+  torch::Tensor region(int rank) const override;
+
+ private:
+  torch::Device device_;
+  int64_t bytes_;
+  int rank_;
+  std::vector<void*> mapped_;  // by rank; this rank's entry is its own allocation
+};
+
+}  // namespace dtrain::dist
