@@ -87,6 +87,11 @@ void PsOptions::declare(OptionSpecs& keys) {
            "p2p on GPUs: the most thread blocks (SMs) one NCCL kernel of the links takes (0: "
            "NCCL's choice); a receive posted a step ahead spins in every block it holds")
       .range(0, 64);
+  keys.add("p2p_links", &p2p_links,
+           "p2p: shared, through memory the ranks of one machine map from one another (no "
+           "GPU work waits for a peer); communicator, the backend's point-to-point (NCCL, "
+           "MPI); auto: shared on GPUs of one machine, the communicator otherwise")
+      .one_of({"auto", "shared", "communicator"});
   keys.add("predict_weights", &predict_weights,
            "ssp over collectives: a read s steps stale takes w + s (w - w_previous), its "
            "version's last step repeated s times (SpecTrain's weight prediction)");
@@ -334,9 +339,13 @@ FieldErrors DistOptions::unused_keys() const {
                ps.consistency != "ssp") {
       warnings.push_back({key, fmt::format("has no effect under dist.ps.consistency = \"{}\"",
                                            ps.consistency)});
-    } else if (key == "ps.link_ctas" && ps.transport != "p2p" && ps.transport != "auto") {
+    } else if ((key == "ps.link_ctas" || key == "ps.p2p_links") && ps.transport != "p2p" &&
+               ps.transport != "auto") {
       warnings.push_back({key, fmt::format("has no effect under dist.ps.transport = \"{}\"",
                                            ps.transport)});
+    } else if (key == "ps.link_ctas" && ps.p2p_links == "shared") {
+      warnings.push_back({key, "has no effect under dist.ps.p2p_links = \"shared\" (no kernel "
+                               "carries the links)"});
     }
   }
   return warnings;

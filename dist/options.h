@@ -108,6 +108,13 @@ struct PsOptions {
   // until the message comes: at 4 GPUs six kernels wait at once, beside the compute
   // (dist/ps/peer_links.h).
   int64_t link_ctas = 2;
+  // p2p: what the links between the ranks are (dist/ps/peer_links.h). "shared": memory the
+  // ranks of one machine map from one another, each message copied into a ring of the
+  // receiver's (dist/comm/shared_link.h), so that no GPU work ever waits for a peer;
+  // "communicator": the backend's point-to-point (NCCL on GPUs, whose receives posted ahead
+  // wait on the device; MPI on CPU ranks); "auto": shared on GPUs of one machine, the
+  // communicator otherwise.
+  std::string p2p_links = "auto";
   // ssp over collectives: a forward s steps stale reads w_v + s (w_v - w_{v-1}), version v's
   // last step taken s more times (weight prediction, SpecTrain: Chen et al. 2018), the
   // parameters it would have read without the staleness, to first order.

@@ -5,12 +5,14 @@
 # threads, where GPUs of one machine would use NVLink). Kernels of different processes take
 # turns on the GPU, so the figures say nothing of speed; what this shows is whether the links,
 # the server thread and the trainer around them finish or deadlock.
+# Links: "auto" (shared memory here, dist/comm/shared_link.h; R50_SET="--set
+# dist.ps.p2p_links=communicator" for NCCL's).
 # Builds build-gpu, then runs the BatchNorm tests (cuDNN's kernels, and ATen's beside standing
-# communication), the p2p suite at np2 and np4 and the trainer on Fashion-MNIST
-# (FASHION_MNIST, default .cache/fashion-mnist): SimpleCNN under SSP(2) with partial reads
-# and a 1.5x straggler in turn at np4, in fp32 and in bf16 channels-last; ResNet-50 bf16 at
-# np4 with 0.1 MiB chunks and with its config's 25 MiB; BSP with checkpoints and a resume at
-# np3. Each run is bounded (RUN_S, default 150 s) and the whole stops starting runs after
+# communication), the shared-memory suites and the p2p suite at np2 and np4 and the trainer
+# on Fashion-MNIST (FASHION_MNIST, default .cache/fashion-mnist): ResNet-50 bf16 at np4 with
+# its config's 25 MiB chunks and the loader's workers; SimpleCNN under SSP(2) with partial
+# reads and a 1.5x straggler in turn at np4, in fp32 and in bf16 channels-last; ResNet-50 with
+# 0.1 MiB chunks; BSP with checkpoints and a resume at np3. Each run is bounded (RUN_S, default 150 s) and the whole stops starting runs after
 # DEADLINE_S (default 540 s), inside a device call. Each rank takes its share of the cores:
 # on an emulated node of its own it would take them all. Runs write under RUNS (default
 # /tmp/p2p_runs); OUT_DIR gets each run's output and, for a run that timed out, its ranks'
@@ -75,21 +77,23 @@ train() {  # NP NAME CONFIG [--set ...]
   [ $rc = 0 ] || scripts/stack_frames.sh "$runs/$name"/train*.log >"$out/stacks_$name.txt"
 }
 
+suite 2 shared_regions
+suite 2 shared_link
 suite 2 p2p
 straggler=(--set dist.ps.ssp_reads=partial --set debug.slow_factor=1.5
   --set "debug.slow_ranks=[0,1,2,3]" --set debug.slow_pattern=rotating)
-train 4 ssp2_partial configs/fashion_mnist_ps.toml --set train.max_steps=96 "${straggler[@]}"
-# ResNet-50's differences from SimpleCNN one at a time: precision and memory format, then the
-# model at SimpleCNN's chunk size, then at its own (25 MiB).
-train 4 ssp2_partial_bf16 configs/fashion_mnist_ps.toml --set train.max_steps=96 \
-  --set train.precision=bf16 --set train.channels_last=true "${straggler[@]}"
 r50=(--set dist.ps.ssp_reads=partial --set data.dataset=fashion_mnist --set data.augment=false
   --set train.max_steps=36 --set train.epochs=1)
-train 4 resnet50_small_chunks configs/resnet50_ps.toml "${r50[@]}" --set dist.ps.chunk_mb=0.1
+# ResNet-50 bf16 with the loader's workers, the case that deadlocked over NCCL's links.
 train 4 resnet50 configs/resnet50_ps.toml "${r50[@]}" "${r50_set[@]}"
+train 4 ssp2_partial configs/fashion_mnist_ps.toml --set train.max_steps=96 "${straggler[@]}"
+train 4 ssp2_partial_bf16 configs/fashion_mnist_ps.toml --set train.max_steps=96 \
+  --set train.precision=bf16 --set train.channels_last=true "${straggler[@]}"
+train 4 resnet50_small_chunks configs/resnet50_ps.toml "${r50[@]}" --set dist.ps.chunk_mb=0.1
 train 3 bsp configs/fashion_mnist_ps.toml --set train.max_steps=24 \
   --set dist.ps.consistency=bsp --set train.checkpoint_every=12
 train 3 bsp configs/fashion_mnist_ps.toml --set train.max_steps=48 \
   --set dist.ps.consistency=bsp --set train.checkpoint_every=12 --resume
 suite 4 p2p
+suite 4 shared_link
 echo "total $(($(date +%s) - t0)) s"

@@ -5,6 +5,7 @@
 #include "dist/comm/gather.h"
 
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 
 #include <cstring>
@@ -66,6 +67,12 @@ torch::Tensor DeviceSharedRegions::region(int rank) const {
                "shared regions: rank {} of {}", rank, mapped_.size());
   return torch::from_blob(mapped_[static_cast<size_t>(rank)], {bytes_},
                           torch::TensorOptions().dtype(torch::kUInt8).device(device_));
+}
+
+void DeviceSharedRegions::copy(void* dst, const void* src, int64_t bytes) const {
+  check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault,
+                        c10::cuda::getCurrentCUDAStream(device_.index()).stream()),
+        "cudaMemcpyAsync");
 }
 
 }  // namespace dtrain::dist

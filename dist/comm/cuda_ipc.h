@@ -21,6 +21,9 @@ class DeviceSharedRegions : public SharedRegions {
   int64_t bytes() const override { return bytes_; }
   // A copy_ into a peer's region is a device-to-device copy, by the copy engines.
   torch::Tensor region(int rank) const override;
+  // cudaMemcpyAsync on the current stream: a peer's pointer is a device pointer of this
+  // process (unified addressing), copied to or from over NVLink or PCIe.
+  void copy(void* dst, const void* src, int64_t bytes) const override;
 
  private:
   torch::Device device_;

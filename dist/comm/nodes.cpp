@@ -59,4 +59,17 @@ NodeLayout detect_nodes(int rank, int size) {
   return layout;
 }
 
+bool world_on_one_machine() {
+  MPI_Comm local;
+  DTRAIN_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                                   &local) == MPI_SUCCESS,
+               "MPI_Comm_split_type failed");
+  int local_size = 0, world_size = 0;
+  MPI_Comm_size(local, &local_size);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  MPI_Comm_free(&local);
+  // The groups partition the world: all of it on every rank, or a part on every rank.
+  return local_size == world_size;
+}
+
 }  // namespace dtrain::dist

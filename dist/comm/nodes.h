@@ -24,4 +24,9 @@ std::optional<NodeLayout> layout_from_override(int rank, int size, const char* v
 // MPI_COMM_WORLD (MPI started).
 NodeLayout detect_nodes(int rank, int size);
 
+// Whether every rank of MPI_COMM_WORLD runs on this machine, by MPI's shared-memory groups
+// whatever DTRAIN_RANKS_PER_NODE says: whether they can map one another's memory. The same
+// answer on every rank. Collective over MPI_COMM_WORLD.
+bool world_on_one_machine();
+
 }  // namespace dtrain::dist

@@ -68,6 +68,10 @@ class HostSharedRegions : public SharedRegions {
     return torch::from_blob(mapped_[static_cast<size_t>(rank)], {bytes_}, torch::kUInt8);
   }
 
+  void copy(void* dst, const void* src, int64_t bytes) const override {
+    std::memcpy(dst, src, static_cast<size_t>(bytes));
+  }
+
  private:
   void* map(const std::string& name) const {
     const int fd = shm_open(name.c_str(), O_RDWR, 0);
@@ -92,6 +96,10 @@ std::unique_ptr<SharedRegions> make_shared_regions(Communicator& comm, int64_t b
   if (comm.device().is_cuda()) return std::make_unique<DeviceSharedRegions>(comm, bytes);
 #endif
   throw UserError(fmt::format("shared regions: no backend for device {}", comm.device().str()));
+}
+
+std::unique_ptr<SharedRegions> make_host_shared_regions(Communicator& comm, int64_t bytes) {
+  return std::make_unique<HostSharedRegions>(comm, bytes);
 }
 
 }  // namespace dtrain::dist

@@ -25,8 +25,12 @@ class SharedRegions {
   virtual ~SharedRegions() = default;
   virtual int64_t bytes() const = 0;
   // uint8 [bytes] over rank `rank`'s region as mapped in this process (this rank's own for
-  // the communicator's rank), on the communicator's device.
+  // the communicator's rank), in the regions' memory (host or the communicator's device).
   virtual torch::Tensor region(int rank) const = 0;
+  // Copies `bytes` from `src` to `dst`, either of which may lie in a peer's region and the
+  // other in this rank's memory of the same kind: on GPUs queued on the current stream, for
+  // the copy engines; on the host at once.
+  virtual void copy(void* dst, const void* src, int64_t bytes) const = 0;
 };
 
 // Collective over `comm`, whose ranks share one node: this rank's region of `bytes`, zeroed,
@@ -34,5 +38,8 @@ class SharedRegions {
 // regions live until every rank has destroyed its SharedRegions; the caller makes sure that no
 // peer still writes into a region being destroyed (a barrier once the copies are complete).
 std::unique_ptr<SharedRegions> make_shared_regions(Communicator& comm, int64_t bytes);
+// The same in host memory whatever the communicator's device: for what the host of each rank
+// reads and writes (a transport's control words beside data in device regions).
+std::unique_ptr<SharedRegions> make_host_shared_regions(Communicator& comm, int64_t bytes);
 
 }  // namespace dtrain::dist

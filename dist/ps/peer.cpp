@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/shared_kernels.h"
+#include "dist/comm/nodes.h"
 #include "dist/ps/whole_state.h"
 
 #include <c10/core/Event.h>
@@ -75,7 +76,21 @@ PsPeerStrategy::PsPeerStrategy(PsOptions options, std::shared_ptr<Communicator> 
       options_.previews == 0 ? every_push : std::min(options_.previews, every_push);
   previews_ = options_.partial_reads() && staleness_ > 0 && previews > 0;
   per_round_ = previews_ ? previews + 1 : 1;
+  if (options_.p2p_links != "communicator") {
+    const bool one_machine = world_on_one_machine();
+    if (options_.p2p_links == "shared" && !one_machine) {
+      throw UserError(
+          "dist.ps.p2p_links = \"shared\" needs every rank on one machine (they map one "
+          "another's memory), and MPI placed them on several: use p2p_links = \"communicator\"");
+    }
+    shared_links_ = one_machine && (options_.p2p_links == "shared" || comm_->device().is_cuda());
+  }
   if (comm_->device().is_cuda()) {
+    server_stream_ =
+        c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStreamFromGlobalPool(
+            comm_->device());
+  }
+  if (comm_->device().is_cuda() && !shared_links_) {
     const int needed = 4 * (comm_->size() - 1) + 2;  // the links, compute and the server
     const char* set = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
     if (needed > kHardwareQueues) {
@@ -101,17 +116,15 @@ PsPeerStrategy::PsPeerStrategy(PsOptions options, std::shared_ptr<Communicator> 
           "trainer does; here it is {}",
           loading ? loading : "unset (LAZY)"));
     }
-    server_stream_ =
-        c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStreamFromGlobalPool(
-            comm_->device());
     // The receives posted ahead hold SMs until their peers send: no layer may take a kernel
     // that waits for every SM (cuDNN's persistent BatchNorm), from the kernels' warm-up on.
     set_standing_communication(true);
+    standing_ = true;
   }
 }
 
 PsPeerStrategy::~PsPeerStrategy() {
-  if (server_stream_) set_standing_communication(false);
+  if (standing_) set_standing_communication(false);
 }
 
 void PsPeerStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_optimizer) {
@@ -124,11 +137,12 @@ void PsPeerStrategy::attach(torch::nn::Module& model, const OptimizerFactory& ma
   plan_ = make_ps_plan(params_, workers, options_.chunk_mb, /*keep_tensors_whole=*/false);
   if (me == 0) {
     const auto element_size = static_cast<int64_t>(params_.front().element_size());
-    log::info("{} workers, {} consistency{}, over point-to-point links; {}", workers,
+    log::info("{} workers, {} consistency{}, over point-to-point links ({}); {}", workers,
               options_.consistency,
               staleness_ > 0 ? fmt::format(" (staleness {}, {} reads)", staleness_,
                                            options_.ssp_reads)
                              : std::string(),
+              shared_links_ ? "shared memory" : comm_->backend(),
               plan_.summary(names_, element_size));
     log::debug("{}", plan_.describe(names_, element_size));
   }
@@ -155,7 +169,13 @@ void PsPeerStrategy::attach(torch::nn::Module& model, const OptimizerFactory& ma
       offset += plan_.chunks[static_cast<size_t>(c)].numel;
     }
   }
-  links_ = make_peer_links(*comm_, static_cast<int>(options_.link_ctas));
+  if (shared_links_) {
+    links_ = make_shared_peer_links(*comm_, [this](int from, int to, bool pulls) {
+      return ring_bytes(from, to, pulls);
+    }, timeout_s_);
+  } else {
+    links_ = make_peer_links(*comm_, static_cast<int>(options_.link_ctas));
+  }
   // A read at clock c takes a message of round c - k - 1 or newer; the receives of round c
   // are posted after it, into the slots of messages no later read can want.
   const int64_t slots = per_round_ * (staleness_ + 1);
@@ -174,6 +194,26 @@ void PsPeerStrategy::attach(torch::nn::Module& model, const OptimizerFactory& ma
                                              timeout_s_, server_stream_);
   }
   buffer_sync_ = std::make_unique<BufferSync>(buffers_, comm_, BufferPolicy::kAverage);
+}
+
+int64_t PsPeerStrategy::ring_bytes(int from, int to, bool pulls) const {
+  // Room for two steps' messages and, since a message never wraps round the ring, the
+  // largest once more: a sender is held back only where a receiver has fallen two steps behind.
+  const auto element_size = static_cast<int64_t>(params_.front().element_size());
+  const auto rounded = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  int64_t step = 0, largest = 256;  // the links' first message, a float
+  if (pulls) {
+    largest = std::max(largest, rounded(server_numel_[static_cast<size_t>(from)] * element_size));
+    step = per_round_ * largest;
+  } else {
+    for (const int64_t c : plan_.chunks_of(to)) {
+      const int64_t bytes = rounded(plan_.chunks[static_cast<size_t>(c)].numel * element_size);
+      step += bytes;
+      largest = std::max(largest, bytes);
+    }
+    step += 256;  // the trailer
+  }
+  return 2 * step + largest;
 }
 
 torch::Tensor PsPeerStrategy::own_push() {

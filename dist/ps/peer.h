@@ -89,6 +89,8 @@ class PsPeerStrategy : public ReplicatedStrategy, private CommHook {
   // The bucket's chunks that go to other ranks' servers (the own shard's are copied).
   int64_t payload_bytes(const Bucket& bucket) const override;
   torch::Tensor own_push();
+  // Bytes of the ring of the shared link from `from` to `to` (pulls: from its server).
+  int64_t ring_bytes(int from, int to, bool pulls) const;
 
   // Reads each server's newest message, numbered at least `least` (-1: any).
   void read(int64_t least);
@@ -110,6 +112,8 @@ class PsPeerStrategy : public ReplicatedStrategy, private CommHook {
   int64_t staleness_ = 0;  // ssp's k; 0 for bsp
   bool previews_ = false;  // ssp_reads = "partial"
   int64_t per_round_ = 1;  // messages a round: its previews, then itself
+  bool shared_links_ = false;  // dist.ps.p2p_links, resolved
+  bool standing_ = false;      // communicator links on GPUs: receives stand on the device
   std::optional<c10::Stream> server_stream_;  // GPUs
   PsPlan plan_;
   std::unique_ptr<PsShard> shard_;

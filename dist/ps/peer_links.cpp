@@ -1,6 +1,7 @@
 #include "dist/ps/peer_links.h"
 
 #include "common/error.h"
+#include "dist/comm/shared_link.h"
 
 #include <torch/torch.h>
 
@@ -71,6 +72,50 @@ std::vector<PsPeerLinks> make_peer_links(Communicator& world, int max_ctas) {
     link.peer = 1 - pair->rank();
     link.pair = std::move(pair);
     connect(link, lower, me, peer, world.device());
+  }
+  return links;
+}
+
+std::vector<PsPeerLinks> make_shared_peer_links(
+    Communicator& world, const std::function<int64_t(int from, int to, bool pulls)>& capacity,
+    double timeout_s) {
+  const int n = world.size();
+  const int me = world.rank();
+  // Two links from every rank to every other, listed alike on every rank.
+  std::vector<SharedLinkSpec> specs;
+  std::vector<size_t> index(static_cast<size_t>(2 * n * n), 0);  // [2 (from n + to) + pulls]
+  for (int from = 0; from < n; ++from) {
+    for (int to = 0; to < n; ++to) {
+      for (const bool pulls : {false, true}) {
+        if (from == to) continue;
+        index[static_cast<size_t>(2 * (from * n + to) + (pulls ? 1 : 0))] = specs.size();
+        specs.push_back({from, to, capacity(from, to, pulls)});
+      }
+    }
+  }
+  const std::vector<std::shared_ptr<Communicator>> ends = make_shared_links(world, specs, timeout_s);
+  const auto end = [&](int from, int to, bool pulls) {
+    return ends[index[static_cast<size_t>(2 * (from * n + to) + (pulls ? 1 : 0))]];
+  };
+
+  std::vector<PsPeerLinks> links(static_cast<size_t>(n));
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer == me) continue;
+    PsPeerLinks& link = links[static_cast<size_t>(peer)];
+    link.push_out = end(me, peer, false);
+    link.push_in = end(peer, me, false);
+    link.pull_out = end(me, peer, true);
+    link.pull_in = end(peer, me, true);
+    link.peer = 1 - link.push_out->rank();
+  }
+  // In the tournament's rounds, as the communicator's links (a send here never waits for
+  // its receive, but the order is the one connect() expects).
+  const int rounds = n % 2 == 0 ? n - 1 : n;
+  for (int round = 0; round < rounds; ++round) {
+    const int peer = partner(me, round, n);
+    if (peer < n && peer != me) {
+      connect(links[static_cast<size_t>(peer)], me < peer, me, peer, world.device());
+    }
   }
   return links;
 }

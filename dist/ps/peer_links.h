@@ -10,6 +10,8 @@
 
 #include "dist/comm/communicator.h"
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -23,7 +25,7 @@ struct PsPeerLinks {
   std::shared_ptr<Communicator> push_in;   // the peer worker's gradients to it
   std::shared_ptr<Communicator> pull_out;  // its parameters to the peer worker
   int peer = 0;  // the peer's rank in each of the four
-  std::shared_ptr<Communicator> pair;  // the four's parent, kept while they live; unused
+  std::shared_ptr<Communicator> pair;  // the four's parent, kept while they live (NCCL, MPI)
 };
 
 // Links to every other rank of `world`, indexed by world rank (this rank's own entry empty).
@@ -32,5 +34,14 @@ struct PsPeerLinks {
 // kernels take at most `max_ctas` thread blocks (0: NCCL's choice), each connected by a first
 // message before the next round.
 std::vector<PsPeerLinks> make_peer_links(Communicator& world, int max_ctas);
+
+// The same four links over memory the ranks of one machine map from one another
+// (dist/comm/shared_link.h, dist.ps.p2p_links = "shared"), where no GPU work waits for a peer.
+// The ring of the link carrying rank `from`'s pushes to rank `to`'s server holds
+// `capacity(from, to, false)` bytes; that of `from`'s server's parameters to `to`'s worker,
+// `capacity(from, to, true)`. Collective over `world`; each link connected by a first message.
+std::vector<PsPeerLinks> make_shared_peer_links(
+    Communicator& world, const std::function<int64_t(int from, int to, bool pulls)>& capacity,
+    double timeout_s);
 
 }  // namespace dtrain::dist

@@ -24,8 +24,7 @@ namespace {
 
 PsOptions p2p_options(const std::string& consistency, int64_t staleness, int64_t chunk = 1000) {
   PsOptions ps = ps_options("colocated", 1, chunk, consistency, staleness);
-  ps.transport = "p2p";
-  return ps;
+  return p2p_transport(ps);
 }
 
 }  // namespace

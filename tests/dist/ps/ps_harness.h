@@ -11,6 +11,7 @@
 
 #include "equivalence.h"
 
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -34,6 +35,15 @@ inline dtrain::dist::PsOptions ps_options(const std::string& placement, int64_t 
   options.chunk_mb = chunk_mb(chunk_numel);
   options.consistency = consistency;
   options.staleness = staleness;
+  return options;
+}
+
+// The p2p transport's links under test: DTRAIN_TEST_P2P_LINKS ("shared", "communicator"),
+// as the shared-link variants in tests/CMakeLists.txt set it, or "auto".
+inline dtrain::dist::PsOptions p2p_transport(dtrain::dist::PsOptions options) {
+  const char* links = std::getenv("DTRAIN_TEST_P2P_LINKS");
+  options.transport = "p2p";
+  options.p2p_links = links ? links : "auto";
   return options;
 }
 

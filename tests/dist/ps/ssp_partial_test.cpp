@@ -59,8 +59,7 @@ PsOptions partial_options(int64_t staleness) {
 PsOptions p2p_options(const std::string& consistency, int64_t staleness, int64_t chunk = 1000) {
   PsOptions ps = ps_options("colocated", 1, chunk, consistency, staleness);
   ps.ssp_reads = "partial";
-  ps.transport = "p2p";
-  return ps;
+  return p2p_transport(ps);
 }
 
 // Trains with `strategy` (partial reads at staleness k, rank 1 slowed) and checks every read
