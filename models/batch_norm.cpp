@@ -34,7 +34,7 @@ torch::Tensor BatchNormImpl::forward(const torch::Tensor& input) {
 #if DTRAIN_CUDNN
   // Not beside standing communication: ATen's kernels, forward and backward, share the GPU.
   if (is_training() && !standing_communication() &&
-      cudnn_bf16::accepts(input, weight, options_.eps)) {
+      cudnn_bf16::accepts(input, weight, bias, running_mean, running_var, options_.eps)) {
     return cudnn_bf16::batch_norm_training(input, weight, bias, running_mean, running_var,
                                            options_.momentum, options_.eps);
   }

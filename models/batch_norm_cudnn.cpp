@@ -145,11 +145,18 @@ class CudnnBf16BatchNorm : public torch::autograd::Function<CudnnBf16BatchNorm> 
 
 }  // namespace
 
-bool accepts(const torch::Tensor& input, const torch::Tensor& weight, double eps) {
+bool accepts(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias,
+             const torch::Tensor& running_mean, const torch::Tensor& running_var, double eps) {
   // ATen's own bounds for its cuDNN BatchNorm: batch sizes, an eps cuDNN accepts. A channel
   // of one value has no unbiased variance: that input stays on ATen's kernel, as before.
+  // Its persistent kernels load in 16-byte vectors ("misaligned address" otherwise): a
+  // parameter that lives in a flat buffer (the parameter server's buckets) may start 8 bytes off.
+  const auto aligned = [](const torch::Tensor& t) {
+    return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+  };
   return input.is_cuda() && input.dim() == 4 && input.scalar_type() == torch::kBFloat16 &&
-         weight.scalar_type() == torch::kFloat32 && input.numel() > input.size(1) &&
+         aligned(input) && aligned(weight) && aligned(bias) && aligned(running_mean) &&
+         aligned(running_var) && weight.scalar_type() == torch::kFloat32 && input.numel() > input.size(1) &&
          input.size(0) <= 880801 && at::globalContext().userEnabledCuDNN() &&
          eps >= CUDNN_BN_MIN_EPSILON;
 }

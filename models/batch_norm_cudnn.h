@@ -10,8 +10,9 @@
 namespace dtrain::models::cudnn_bf16 {
 
 // Whether batch_norm_training() takes this input: a 4-d bf16 CUDA tensor with fp32 parameters,
-// cuDNN enabled, an eps cuDNN accepts.
-bool accepts(const torch::Tensor& input, const torch::Tensor& weight, double eps);
+// every tensor 16-byte aligned, cuDNN enabled, an eps cuDNN accepts.
+bool accepts(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias,
+             const torch::Tensor& running_mean, const torch::Tensor& running_var, double eps);
 
 // torch::batch_norm(..., training = true, ...) on cuDNN's persistent NHWC kernels: normalises
 // with the batch's statistics, updates running_mean and running_var in place, and is

@@ -342,9 +342,11 @@ class SharedLinkWork : public Work {
     }
     if (!finished_) finished_ = host_now();
   }
+  // Complete once its copy has: the ring's bookkeeping after it is the progress thread's.
   bool test() override {
     if (op_->stage.load(std::memory_order_acquire) != kComplete) engine_->progress();
-    return op_->stage.load(std::memory_order_acquire) == kComplete;
+    const int stage = op_->stage.load(std::memory_order_acquire);
+    return stage == kComplete || (stage == kIssued && op_->done && op_->done->query());
   }
   std::shared_ptr<const TimePoint> started() const override { return started_; }
   std::shared_ptr<const TimePoint> finished() const override {

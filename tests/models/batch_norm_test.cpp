@@ -168,3 +168,31 @@ TEST_CASE("beside standing communication, bf16 BatchNorm takes ATen's kernels (s
   CHECK(alone.grad_fn()->name().find("CudnnBf16BatchNorm") != std::string::npos);
 #endif
 }
+
+TEST_CASE("bf16 BatchNorm whose parameters start 8 bytes off takes ATen's kernels (skipped on "
+          "CPU)",
+          "[models][batch_norm]") {
+  if (!torch::cuda::is_available()) {
+    WARN("no CUDA device: skipped");
+    return;
+  }
+  const torch::Device cuda(torch::kCUDA, 0);
+  BatchNorm norm(BatchNormOptions{16, /*eps=*/1e-5, /*momentum=*/0.1});
+  norm->to(cuda);
+  // As the parameter server's buckets hold them: views into one flat buffer, here 2 floats in.
+  const torch::Tensor flat = torch::zeros({2 + 16}, torch::TensorOptions().device(cuda));
+  {
+    torch::NoGradGuard no_grad;
+    flat.narrow(0, 2, 16).copy_(norm->weight);
+    norm->weight.set_(flat.storage(), 2, {16}, {1});
+  }
+  const torch::Tensor x = torch::randn({8, 16, 12, 12}, cuda)
+                              .to(torch::kBFloat16)
+                              .contiguous(torch::MemoryFormat::ChannelsLast)
+                              .requires_grad_();
+  const torch::Tensor y = norm(x);
+  REQUIRE(y.grad_fn());
+  CHECK(y.grad_fn()->name() == "NativeBatchNormBackward0");
+  y.sum().backward();
+  torch::cuda::synchronize();  // a misaligned load would fail here
+}
