@@ -75,4 +75,22 @@ void DeviceSharedRegions::copy(void* dst, const void* src, int64_t bytes) const 
         "cudaMemcpyAsync");
 }
 
+OwnStream::OwnStream(torch::Device device) : raw_(nullptr), stream_(c10::Stream::DEFAULT, device) {
+  const c10::cuda::CUDAGuard guard(device.index());
+  int least = 0, greatest = 0;
+  check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+  cudaStream_t raw = nullptr;
+  check(cudaStreamCreateWithPriority(&raw, cudaStreamNonBlocking, greatest),
+        "cudaStreamCreateWithPriority");
+  raw_ = raw;
+  stream_ = c10::cuda::getStreamFromExternal(raw, device.index());
+}
+
+OwnStream::~OwnStream() {
+  const cudaError_t status = cudaStreamDestroy(static_cast<cudaStream_t>(raw_));
+  if (status != cudaSuccess && status != cudaErrorCudartUnloading) {
+    log::warn("destroying a shared link's stream: {}", cudaGetErrorString(status));
+  }
+}
+
 }  // namespace dtrain::dist

@@ -5,9 +5,27 @@
 
 #include "dist/comm/shared_regions.h"
 
+#include <c10/core/Stream.h>
+
 #include <vector>
 
 namespace dtrain::dist {
+
+// A CUDA stream of this object's own, of the highest priority, created and destroyed with it:
+// never one of the pool's, which PyTorch hands out in turn and NCCL's communicators take too,
+// so that no copy of a shared link ever queues behind a collective waiting for its peers.
+class OwnStream {
+ public:
+  explicit OwnStream(torch::Device device);
+  ~OwnStream();
+  OwnStream(const OwnStream&) = delete;
+  OwnStream& operator=(const OwnStream&) = delete;
+  c10::Stream stream() const { return stream_; }
+
+ private:
+  void* raw_;  // cudaStream_t
+  c10::Stream stream_;
+};
 
 class DeviceSharedRegions : public SharedRegions {
  public:

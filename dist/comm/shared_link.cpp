@@ -6,6 +6,9 @@
 #include "dist/comm/mpi_communicator.h"
 #include "dist/comm/mpi_work.h"
 #include "dist/comm/shared_regions.h"
+#if DTRAIN_CUDA
+#include "dist/comm/cuda_ipc.h"
+#endif
 
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
@@ -68,7 +71,10 @@ struct LinkEnd {
   LinkControl* control = nullptr;
   uint8_t* ring = nullptr;
   int64_t capacity = 0;
-  std::optional<c10::Stream> stream;  // GPUs
+  std::optional<c10::Stream> stream;  // GPUs: own_stream's
+#if DTRAIN_CUDA
+  std::unique_ptr<OwnStream> own_stream;
+#endif
 
   std::mutex mutex;  // ops and posted: the caller against the progress thread
   std::deque<std::shared_ptr<Op>> ops;  // not yet complete, in order
@@ -151,10 +157,12 @@ SharedLinkEngine::SharedLinkEngine(Communicator& comm, const std::vector<SharedL
         static_cast<uint8_t*>(control_->region(spec.to).data_ptr()) + control_at[i]);
     end->ring = static_cast<uint8_t*>(data_->region(spec.to).data_ptr()) + data_at[i];
     end->capacity = spec.capacity;
+#if DTRAIN_CUDA
     if (device_.is_cuda()) {
-      end->stream = c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA)
-                        .getStreamFromGlobalPool(device_, /*isHighPriority=*/true);
+      end->own_stream = std::make_unique<OwnStream>(device_);
+      end->stream = end->own_stream->stream();
     }
+#endif
     ends_[i] = std::move(end);
   }
   thread_ = std::thread([this] { run(); });

@@ -5,6 +5,7 @@
 #include "test_device.h"
 
 #include <catch2/catch.hpp>
+#include <torch/cuda.h>
 
 #include <chrono>
 #include <thread>
@@ -81,6 +82,7 @@ TEST_CASE("shared links deliver every message whole and in order", "[dist][share
   }
   for (const auto& work : receives) work->wait();
   for (const auto& work : sends) work->wait();
+  if (comm.device().is_cuda()) torch::cuda::synchronize();  // wait() queued the copies only
   for (const auto& work : receives) CHECK(work->test());
 
   size_t k = 0;

@@ -303,6 +303,20 @@ TEST_CASE("dist.ps.link_ctas: p2p's, 0 to 64", "[config]") {
             .empty());
 }
 
+TEST_CASE("dist.ps.p2p_links: auto, shared or communicator", "[config]") {
+  CHECK(problems_of("", {"dist.strategy=ps", "dist.ps.p2p_links=nccl"}).size() == 1);
+  CHECK(warnings_of("", {"dist.strategy=ps", "dist.ps.transport=p2p", "dist.ps.p2p_links=shared"})
+            .empty());
+  CHECK(warnings_of("", {"dist.strategy=ps", "dist.ps.transport=collectives",
+                         "dist.ps.p2p_links=shared"}) ==
+        std::vector<std::string>{
+            "--set dist.ps.p2p_links: has no effect under dist.ps.transport = \"collectives\""});
+  CHECK(warnings_of("", {"dist.strategy=ps", "dist.ps.transport=p2p", "dist.ps.p2p_links=shared",
+                         "dist.ps.link_ctas=4"}) ==
+        std::vector<std::string>{"--set dist.ps.link_ctas: has no effect under "
+                                 "dist.ps.p2p_links = \"shared\" (no kernel carries the links)"});
+}
+
 
 TEST_CASE("dist.ps.ssp_reads = \"partial\": messages or p2p, no hierarchy, SGD", "[config]") {
   const std::vector<std::string> partial = {"dist.strategy=ps", "dist.ps.consistency=ssp",
