@@ -16,8 +16,11 @@
 //
 // The host chooses what a forward reads (on GPUs after the compute stream has drained, so
 // that it sees what has arrived by then), and the staleness it reports is what was read.
-// The links (dist/ps/peer_links.h) are four per pair of ranks, each with a stream on NCCL,
-// and receives are posted before their sends: a GPU needs a hardware queue per stream
+// The links (dist/ps/peer_links.h) are four per pair of ranks (dist.ps.p2p_links): on one
+// machine rings in memory the ranks map from one another, copied one-sidedly
+// (dist/comm/shared_link.h), where no GPU work waits for a peer; otherwise the backend's
+// communicators. Over NCCL each has a stream, and receives are posted before their sends,
+// standing on the GPU until their peers send: a GPU needs a hardware queue per stream
 // (CUDA_DEVICE_MAX_CONNECTIONS=32, which the trainer sets), or a receive waiting for a peer
 // could hold up the compute queued behind it; and every kernel loaded before the links post
 // anything (CUDA_MODULE_LOADING=EAGER and trainer/kernel_warmup.h), since a kernel's first

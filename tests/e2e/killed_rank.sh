@@ -5,11 +5,16 @@
 set -uo pipefail
 . "$(dirname "$0")/lib/fashion_mnist.sh"
 
-for strategy in ddp zero ps; do
+# ps_shared: the parameter server's p2p transport over shared-memory links, whose peers wait
+# on their hosts for ring space and messages that a dead rank never gives.
+for strategy in ddp zero ps ps_shared; do
   name=killed_$strategy
+  extra=()
+  [ $strategy = ps_shared ] && extra=(--set dist.ps.transport=p2p --set dist.ps.p2p_links=shared)
   "$source_dir/scripts/mpirun.sh" -np 3 --oversubscribe "$trainer" \
     --config "$source_dir/configs/fashion_mnist.toml" --set run.out_dir="$work" \
-    --set run.name="$name" --set dist.strategy=$strategy --set data.batch_size=8 \
+    --set run.name="$name" --set dist.strategy=${strategy%_shared} "${extra[@]}" \
+    --set data.batch_size=8 \
     --set train.max_steps=100000 --set train.checkpoint_every=5 --set run.log_every=1 \
     --set dist.timeout_s=30 >"$work/$name.log" 2>&1 &
   launcher=$!
