@@ -110,6 +110,10 @@ class SharedLinkEngine {
   // Issues a copy of `bytes` on `end`'s stream once `op` is ready (GPUs), at once on CPUs.
   void copy(LinkEnd& end, Op& op, void* dst, const void* src, int64_t bytes);
   bool copied(const Op& op) const { return !op.done || op.done->query(); }
+  // Completes the issued operations at the front whose copies have completed, in order, each
+  // announced to the peer first (`announce`); whether any was.
+  template <typename Announce>
+  bool complete_copied(LinkEnd& end, const Announce& announce) const;
   void check_deadlines();
   [[noreturn]] void fail(const std::string& what) const;
 
@@ -205,6 +209,21 @@ void SharedLinkEngine::copy(LinkEnd& end, Op& op, void* dst, const void* src, in
   op.done->record(*end.stream);
 }
 
+template <typename Announce>
+bool SharedLinkEngine::complete_copied(LinkEnd& end, const Announce& announce) const {
+  bool moved = false;
+  while (!end.ops.empty() && end.ops.front()->stage.load(std::memory_order_relaxed) == kIssued &&
+         copied(*end.ops.front())) {
+    Op& op = *end.ops.front();
+    announce(op);
+    op.tensor = torch::Tensor();
+    op.stage.store(kComplete, std::memory_order_release);
+    end.ops.pop_front();
+    moved = true;
+  }
+  return moved;
+}
+
 bool SharedLinkEngine::advance_send(LinkEnd& end) {
   bool moved = false;
   for (const auto& op : end.ops) {  // issued in order: the first not issued
@@ -223,18 +242,11 @@ bool SharedLinkEngine::advance_send(LinkEnd& end) {
     op->stage.store(kIssued, std::memory_order_release);
     moved = true;
   }
-  while (!end.ops.empty() && end.ops.front()->stage.load(std::memory_order_relaxed) == kIssued &&
-         copied(*end.ops.front())) {
-    Op& op = *end.ops.front();
+  return complete_copied(end, [&end](const Op& op) {
     end.control->descriptors[op.number % kDescriptors] = {op.offset,
                                                           static_cast<uint64_t>(op.bytes), op.end};
     end.control->published.store(op.number + 1, std::memory_order_release);
-    op.tensor = torch::Tensor();
-    op.stage.store(kComplete, std::memory_order_release);
-    end.ops.pop_front();
-    moved = true;
-  }
-  return moved;
+  }) || moved;
 }
 
 bool SharedLinkEngine::advance_recv(LinkEnd& end) {
@@ -254,17 +266,10 @@ bool SharedLinkEngine::advance_recv(LinkEnd& end) {
     op->stage.store(kIssued, std::memory_order_release);
     moved = true;
   }
-  while (!end.ops.empty() && end.ops.front()->stage.load(std::memory_order_relaxed) == kIssued &&
-         copied(*end.ops.front())) {
-    Op& op = *end.ops.front();
+  return complete_copied(end, [&end](const Op& op) {
     end.control->freed.store(op.end, std::memory_order_release);
     end.control->consumed.store(op.number + 1, std::memory_order_release);
-    op.tensor = torch::Tensor();
-    op.stage.store(kComplete, std::memory_order_release);
-    end.ops.pop_front();
-    moved = true;
-  }
-  return moved;
+  }) || moved;
 }
 
 bool SharedLinkEngine::progress() {

@@ -1,5 +1,5 @@
-// Run only by tests/dist/expect_timeout.sh (MPI), expect_nccl_timeout.sh (NCCL, with
-// DTRAIN_TEST_DEVICE=cuda) and expect_link_timeout.sh (shared links): the last rank never
+// Run only by tests/dist/expect_timeout.sh (MPI; shared links with "[stuck_link]") and
+// expect_nccl_timeout.sh (NCCL, with DTRAIN_TEST_DEVICE=cuda): the last rank never
 // joins an operation, and the others must end the job within the timeout
 // (DTRAIN_TEST_TIMEOUT_S, default 3 s), naming it (not a silent hang).
 #include "dist/comm/communicator.h"
@@ -28,7 +28,7 @@ TEST_CASE("a rank that never joins ends the job", "[.][stuck]") {
   FAIL("the stuck all_reduce completed");
 }
 
-// Run only by tests/dist/expect_link_timeout.sh: the last rank never sends over its shared
+// Run only by tests/dist/expect_timeout.sh with its tag: the last rank never sends over its shared
 // link to the others, whose receives must end the job within the timeout, saying what the
 // sender had sent.
 TEST_CASE("a rank that never sends over a shared link ends the job", "[.][stuck_link]") {
