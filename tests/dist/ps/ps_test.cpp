@@ -56,6 +56,21 @@ TEST_CASE("ps plan: chunks cover every tensor once and balance the servers", "[d
   for (size_t c = 0; c < a.chunks.size(); ++c) CHECK(a.chunks[c].server == b.chunks[c].server);
 }
 
+TEST_CASE("ps plan: a tensor whose size is a multiple of 16 elements starts aligned",
+          "[dist][ps]") {
+  // A 10-class bias first in backward's order would put everything after it 40 bytes off.
+  const std::vector<int64_t> numels = {64, 64, 3136, 128, 20480, 10};
+  for (const int64_t chunk : {int64_t{100}, int64_t{1} << 20}) {
+    const dtrain::dist::PsPlan plan = dtrain::dist::make_ps_plan(numels, 2, chunk, false);
+    for (const auto& bucket : plan.layout) {
+      for (size_t i = 0; i < bucket.params.size(); ++i) {
+        CAPTURE(chunk, bucket.params[i]);
+        if (numels[bucket.params[i]] % 16 == 0) CHECK(bucket.offsets[i] % 16 == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("ps BSP on N workers equals one rank on the N-times batch", "[dist][ps]") {
   const std::string name = GENERATE("sgd", "adamw", "lars", "lamb");
   // Colocated (every rank serves), and 1 to 3 dedicated servers where a worker remains; chunks
