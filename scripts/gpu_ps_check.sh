@@ -32,7 +32,7 @@ if [ "$what" = build ] || [ "$what" = all ]; then
   # Bounded as a whole (TESTS_S), so that a suite that deadlocks leaves the call's 600 s
   # enough to say so.
   (cd build-gpu && timeout "${TESTS_S:-360}" ctest --output-on-failure \
-    -R '^dist\.(ps|piece_state|ssp_newest|ssp_partial|p2p)' -j 4) \
+    -R '^dist\.(ps|piece_state|ssp_newest|ssp_partial|p2p|shared)' -j 4) \
     >"$out/ctest.log" 2>&1 || echo "ctest: failed or stopped after ${TESTS_S:-360} s"
   grep -E "Test +#|tests passed|FAILED|Failed" "$out/ctest.log" | tail -15
 fi
@@ -94,34 +94,30 @@ if [ "$what" = real ] || [ "$what" = all ]; then
 fi
 
 if [ "$what" = p2p ] || [ "$what" = all ]; then
-  # The point-to-point transport (dist.ps.transport = "p2p"): its throughput without a
-  # straggler beside ddp and bsp over collectives, with the links' kernels capped at 2
-  # thread blocks (the default), uncapped (ctas0) and at 8; a run that deadlocks ends at
-  # dist.timeout_s = 120. Then the issue's point on real data: the
-  # workers slowed 1.5x in turn, SSP(2) with partial reads against BSP and DDP to a training
-  # loss, at momentum 0.5 (BSP's best in the runs of 2026-11-27); the partial reads also with
-  # the links at 8 blocks and with one preview a round (previews1), for a preview that waits
-  # on the link behind earlier ones. A report is a collective, where SSP's slack ends: every
+  # The point-to-point transport (dist.ps.transport = "p2p", over shared links on one
+  # machine, dist/comm/shared_link.h): its throughput without a straggler beside ddp and bsp
+  # over collectives, and over NCCL's links (communicator) for comparison; a run that
+  # deadlocks ends at dist.timeout_s = 120. Then the issue's point on real data: the workers
+  # slowed 1.5x in turn, SSP(2) with partial reads against BSP and DDP to a training loss, at
+  # momentum 0.5 (BSP's best in the runs of 2026-11-27); the partial reads also with one
+  # preview a round (previews1). A report is a collective, where SSP's slack ends: every
   # 3 x GPUs steps, a whole number of the straggler's turns, every worker has been slowed
-  # as often when it comes. The real-data sweep makes its batches on each rank's main thread
-  # (data.num_workers = 0, every strategy alike): beside the p2p transport's standing
-  # receives, a loader worker's pinned allocation is suspected of the hang seen on one H200
-  # (docs/PERFORMANCE.md), and a batch of 28x28 images is small beside a ResNet-50 step.
+  # as often when it comes. Every run has the loader's workers, which beside NCCL's links
+  # deadlocked on one H200 (docs/PERFORMANCE.md): the real-data sweep leaves those out.
   # P2P_SET: more options for every run of both sweeps.
   p2p_steps=${P2P_STEPS:-300}
   read -ra p2p_set <<<"${P2P_SET:-}"
   echo "== ResNet-50 bf16 on $gpus GPUs, 60 steps: the p2p transport"
   scripts/sweep_strategies.sh build-gpu "$out/p2p_uniform" --ranks "$gpus" --steps 60 \
     --repeat 1 --config configs/resnet50_ps.toml \
-    --strategies "${P2P_UNIFORM:-ddp:param ps:bsp ps:bsp+p2p ps:ssp2+p2p+partial ps:ssp2+p2p+partial+ctas0 ps:ssp2+p2p+partial+ctas8}" \
+    --strategies "${P2P_UNIFORM:-ddp:param ps:bsp ps:bsp+p2p ps:ssp2+p2p+partial ps:ssp2+p2p+partial+communicator}" \
     --set dist.timeout_s=120 "${p2p_set[@]}" | tee "$out/p2p_uniform.md"
   data=${FASHION_MNIST:-.cache/fashion-mnist}
   echo "== Fashion-MNIST, every worker slowed 1.5x in turn, $p2p_steps steps: p2p"
   scripts/sweep_strategies.sh build-gpu "$out/p2p_real" --ranks "$gpus" --steps "$p2p_steps" \
     --repeat 1 --config configs/resnet50_ps.toml \
-    --strategies "${P2P_REAL:-ddp ps:bsp ps:bsp+p2p ps:ssp2+p2p+partial ps:ssp2+p2p+partial+ctas8 ps:ssp2+p2p+partial+previews1 ps:ssp2+p2p+newest}" \
+    --strategies "${P2P_REAL:-ddp ps:bsp ps:bsp+p2p ps:ssp2+p2p+partial ps:ssp2+p2p+partial+previews1 ps:ssp2+p2p+newest}" \
     --set data.dataset=fashion_mnist --set data.augment=false --set data.path="$data" \
-    --set data.num_workers=0 \
     --set train.eval_every=0 --set optim.momentum=0.5 --set optim.nesterov=false \
     --set schedule.warmup_epochs=0.25 --set run.log_every=$((3 * gpus)) --set debug.slow_factor=1.5 \
     --set "debug.slow_ranks=[$(seq -s, 0 $((gpus - 1)))]" --set debug.slow_pattern=rotating \

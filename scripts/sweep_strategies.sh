@@ -7,7 +7,8 @@
 #                                  sspK (staleness K), async, dedicatedS (S server ranks beside
 #                                  the workers), messages, collectives or p2p (the transport),
 #                                  newest, exact or partial (dist.ps.ssp_reads), predict
-#                                  (dist.ps.predict_weights), ctasN (dist.ps.link_ctas),
+#                                  (dist.ps.predict_weights), shared or communicator
+#                                  (dist.ps.p2p_links), ctasN (dist.ps.link_ctas),
 #                                  previewsN (dist.ps.previews):
 #                                  "ps ps:ssp2 ps:async ps:bsp+dedicated1 ps:bsp+messages";
 #                                  a ZeRO stage is zero:stageN ("zero:stage2"); DDP's
@@ -60,6 +61,7 @@ strategy_sets() {
       messages | collectives | p2p) variant+=(--set dist.ps.transport="$option") ;;
       newest | exact | partial) variant+=(--set dist.ps.ssp_reads="$option") ;;
       predict) variant+=(--set dist.ps.predict_weights=true) ;;
+      shared | communicator) variant+=(--set dist.ps.p2p_links="$option") ;;
       ctas[0-9]*) variant+=(--set dist.ps.link_ctas="${option#ctas}") ;;
       previews[0-9]*) variant+=(--set dist.ps.previews="${option#previews}") ;;
       ssp[0-9]*) variant+=(--set dist.ps.consistency=ssp --set dist.ps.staleness="${option#ssp}") ;;
