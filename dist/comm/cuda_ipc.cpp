@@ -7,6 +7,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 
 #include <cstring>
 #include <string>
@@ -43,13 +44,23 @@ DeviceSharedRegions::DeviceSharedRegions(Communicator& comm, int64_t bytes)
                  "rank {} sent a CUDA IPC handle of {} bytes", r, bytes_of_r.size());
     cudaIpcMemHandle_t peer;
     std::memcpy(&peer, bytes_of_r.data(), sizeof(peer));
-    check(cudaIpcOpenMemHandle(&mapped_[static_cast<size_t>(r)], peer,
-                               cudaIpcMemLazyEnablePeerAccess),
-          "cudaIpcOpenMemHandle");
+    const cudaError_t opened = cudaIpcOpenMemHandle(&mapped_[static_cast<size_t>(r)], peer,
+                                                    cudaIpcMemLazyEnablePeerAccess);
+    if (opened != cudaSuccess) {
+      mapped_[static_cast<size_t>(r)] = nullptr;
+      release();
+      throw UserError(fmt::format(
+          "rank {} cannot map rank {}'s GPU memory (cudaIpcOpenMemHandle: {}): shared links "
+          "need GPUs that reach one another (NVLink or PCIe peer access) and see each other "
+          "(CUDA_VISIBLE_DEVICES); set dist.ps.p2p_links = \"communicator\"",
+          rank_, r, cudaGetErrorString(opened)));
+    }
   }
 }
 
-DeviceSharedRegions::~DeviceSharedRegions() {
+DeviceSharedRegions::~DeviceSharedRegions() { release(); }
+
+void DeviceSharedRegions::release() {
   const c10::cuda::CUDAGuard guard(device_.index());
   for (size_t r = 0; r < mapped_.size(); ++r) {
     if (mapped_[r] == nullptr) continue;

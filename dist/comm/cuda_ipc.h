@@ -44,6 +44,9 @@ class DeviceSharedRegions : public SharedRegions {
   void copy(void* dst, const void* src, int64_t bytes) const override;
 
  private:
+  // Unmaps the peers' regions and frees this rank's (the destructor's work).
+  void release();
+
   torch::Device device_;
   int64_t bytes_;
   int rank_;
