@@ -144,6 +144,18 @@ TEST_CASE("bf16 BatchNorm on a GPU runs cuDNN's kernels and agrees with ATen's (
               1e-2));
 }
 
+namespace {
+
+// A bf16 channels_last batch of 16 channels on `cuda`, as ResNet's BatchNorms take in bf16.
+torch::Tensor bf16_channels_last_input(const torch::Device& cuda) {
+  return torch::randn({8, 16, 12, 12}, cuda)
+      .to(torch::kBFloat16)
+      .contiguous(torch::MemoryFormat::ChannelsLast)
+      .requires_grad_();
+}
+
+}  // namespace
+
 TEST_CASE("beside standing communication, bf16 BatchNorm takes ATen's kernels (skipped on CPU)",
           "[models][batch_norm]") {
   if (!torch::cuda::is_available()) {
@@ -153,10 +165,7 @@ TEST_CASE("beside standing communication, bf16 BatchNorm takes ATen's kernels (s
   const torch::Device cuda(torch::kCUDA, 0);
   BatchNorm norm(BatchNormOptions{16, /*eps=*/1e-5, /*momentum=*/0.1});
   norm->to(cuda);
-  const torch::Tensor x = torch::randn({8, 16, 12, 12}, cuda)
-                              .to(torch::kBFloat16)
-                              .contiguous(torch::MemoryFormat::ChannelsLast)
-                              .requires_grad_();
+  const torch::Tensor x = bf16_channels_last_input(cuda);
   dtrain::set_standing_communication(true);  // as the p2p parameter server sets it on GPUs
   const torch::Tensor beside = norm(x);
   dtrain::set_standing_communication(false);
@@ -186,10 +195,7 @@ TEST_CASE("bf16 BatchNorm whose parameters start 8 bytes off takes ATen's kernel
     flat.narrow(0, 2, 16).copy_(norm->weight);
     norm->weight.set_(flat.storage(), 2, {16}, {1});
   }
-  const torch::Tensor x = torch::randn({8, 16, 12, 12}, cuda)
-                              .to(torch::kBFloat16)
-                              .contiguous(torch::MemoryFormat::ChannelsLast)
-                              .requires_grad_();
+  const torch::Tensor x = bf16_channels_last_input(cuda);
   const torch::Tensor y = norm(x);
   REQUIRE(y.grad_fn());
   CHECK(y.grad_fn()->name() == "NativeBatchNormBackward0");
