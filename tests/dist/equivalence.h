@@ -30,11 +30,7 @@ constexpr int64_t kIn = 6, kHidden = 10, kClasses = 3, kPerRank = 4, kSteps = 4;
 constexpr double kTolerance = 1e-12;
 
 // The world on the test device, made once per process.
-inline std::shared_ptr<dtrain::dist::Communicator> world() {
-  static std::shared_ptr<dtrain::dist::Communicator> communicator =
-      dtrain::dist::make_world_communicator(test_device(), 60.0);
-  return communicator;
-}
+inline std::shared_ptr<dtrain::dist::Communicator> world() { return device_world(); }
 inline torch::Device device() { return world()->device(); }
 
 struct NetOptions {

@@ -16,11 +16,7 @@ using dtrain::dist::Work;
 
 namespace {
 
-Communicator& world() {
-  static std::unique_ptr<Communicator> communicator =
-      dtrain::dist::make_world_communicator(test_device(), 60.0);
-  return *communicator;
-}
+Communicator& world() { return *device_world(); }
 
 // A link from every rank to every other, at [from * n + to].
 std::vector<SharedLinkSpec> all_pairs(int n, int64_t capacity) {

@@ -11,11 +11,7 @@ using dtrain::dist::Communicator;
 
 namespace {
 
-Communicator& world() {
-  static std::unique_ptr<Communicator> communicator =
-      dtrain::dist::make_world_communicator(test_device(), 60.0);
-  return *communicator;
-}
+Communicator& world() { return *device_world(); }
 
 }  // namespace
 

@@ -2,11 +2,13 @@
 // when DTRAIN_TEST_DEVICE=cuda, as the NCCL variants in tests/CMakeLists.txt set it.
 #pragma once
 
+#include "dist/comm/communicator.h"
 #include "dist/comm/mpi_communicator.h"
 
 #include <torch/torch.h>
 
 #include <cstdlib>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -19,4 +21,12 @@ inline torch::Device test_device() {
   }
   // One GPU per rank of this machine, as the trainer binds them.
   return {torch::kCUDA, static_cast<c10::DeviceIndex>(dtrain::dist::init_world().local_rank)};
+}
+
+// The world's communicator on test_device(), shared by the multi-rank tests of one binary (made
+// once, on first use; 60 s timeout so that a broken test ends instead of hanging).
+inline std::shared_ptr<dtrain::dist::Communicator> device_world() {
+  static std::shared_ptr<dtrain::dist::Communicator> communicator =
+      dtrain::dist::make_world_communicator(test_device(), 60.0);
+  return communicator;
 }
