@@ -48,6 +48,14 @@ struct LinkControl {
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "control words cross processes");
 
+// The head of each rank's host region: set by a rank that found a link stuck, so that every
+// rank's progress thread writes where its threads sit before the job ends. A hang across
+// processes is only understood from both sides.
+struct RankControl {
+  alignas(64) std::atomic<int> stuck;  // 1 + the rank that found a link stuck; 0: none
+};
+static_assert(sizeof(RankControl) <= 256, "the head fits its aligned slot");
+
 int64_t round_up(int64_t bytes, int64_t to) { return (bytes + to - 1) / to * to; }
 
 enum Stage : int { kPosted, kIssued, kComplete };
@@ -115,6 +123,8 @@ class SharedLinkEngine {
   template <typename Announce>
   bool complete_copied(LinkEnd& end, const Announce& announce) const;
   void check_deadlines();
+  // Another rank found a link stuck: this rank's threads into its log, once.
+  void report_if_alarmed();
   [[noreturn]] void fail(const std::string& what) const;
 
   torch::Device device_;
@@ -123,16 +133,20 @@ class SharedLinkEngine {
   std::unique_ptr<SharedRegions> control_;
   std::unique_ptr<SharedRegions> data_;
   std::vector<std::unique_ptr<LinkEnd>> ends_;  // by spec; null where not this rank's
+  int ranks_ = 0;
+  bool reported_ = false;  // the progress thread's
   std::atomic<bool> stopping_{false};
   std::thread thread_;  // last: started once everything it reads exists
 };
 
 SharedLinkEngine::SharedLinkEngine(Communicator& comm, const std::vector<SharedLinkSpec>& specs,
                                    double timeout_s)
-    : device_(comm.device()), rank_(comm.rank()), timeout_s_(timeout_s) {
+    : device_(comm.device()), rank_(comm.rank()), timeout_s_(timeout_s), ranks_(comm.size()) {
   const int n = comm.size();
-  // Each rank's region holds the links that end there, in the order of `specs`.
-  std::vector<int64_t> control_used(static_cast<size_t>(n), 0), data_used(control_used);
+  // Each rank's region holds its RankControl, then the links that end there, in the order of
+  // `specs`.
+  std::vector<int64_t> control_used(static_cast<size_t>(n), kAlign);
+  std::vector<int64_t> data_used(static_cast<size_t>(n), 0);
   std::vector<int64_t> control_at, data_at;
   for (const SharedLinkSpec& spec : specs) {
     DTRAIN_CHECK(spec.from >= 0 && spec.from < n && spec.to >= 0 && spec.to < n &&
@@ -289,6 +303,7 @@ void SharedLinkEngine::run() {
   while (!stopping_.load()) {
     const bool moved = progress();
     if (Clock::now() > next_check) {
+      report_if_alarmed();
       check_deadlines();
       next_check = Clock::now() + std::chrono::milliseconds(10);
     }
@@ -328,9 +343,27 @@ void SharedLinkEngine::check_deadlines() {
   }
 }
 
+void SharedLinkEngine::report_if_alarmed() {
+  if (reported_) return;
+  const auto* head = static_cast<const RankControl*>(control_->region(rank_).data_ptr());
+  const int found_by = head->stuck.load(std::memory_order_acquire) - 1;
+  if (found_by < 0) return;
+  reported_ = true;
+  log::to_file(fmt::format("rank {}: a shared link was found stuck by rank {}; where this "
+                           "rank's threads sit:\n{}",
+                           rank_, found_by, thread_stacks()));
+}
+
 void SharedLinkEngine::fail(const std::string& what) const {
   log::error("rank {}: {}; ending the job", rank_, what);
+  for (int r = 0; r < ranks_; ++r) {
+    auto* head = static_cast<RankControl*>(control_->region(r).data_ptr());
+    int none = 0;
+    head->stuck.compare_exchange_strong(none, rank_ + 1, std::memory_order_acq_rel);
+  }
   log::to_file(thread_stacks());  // where this rank's threads sit
+  // The other ranks' progress threads look every 10 ms and take 0.3 s to write theirs.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
   abort_world(3);
 }
 

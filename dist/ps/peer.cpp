@@ -124,6 +124,8 @@ PsPeerStrategy::PsPeerStrategy(PsOptions options, std::shared_ptr<Communicator> 
 }
 
 PsPeerStrategy::~PsPeerStrategy() {
+  server_.reset();  // it holds the links too
+  release_peer_links(links_, comm_->rank());
   if (standing_) set_standing_communication(false);
 }
 

@@ -76,6 +76,24 @@ std::vector<PsPeerLinks> make_peer_links(Communicator& world, int max_ctas) {
   return links;
 }
 
+void release_peer_links(std::vector<PsPeerLinks>& links, int me) {
+  const int n = static_cast<int>(links.size());
+  const int rounds = n % 2 == 0 ? n - 1 : n;
+  for (int round = 0; round < rounds; ++round) {
+    const int peer = partner(me, round, n);
+    if (peer >= n || peer == me) continue;
+    PsPeerLinks& link = links[static_cast<size_t>(peer)];
+    const bool lower = me < peer;
+    // first, second, third, fourth as make_peer_links named them, then their parent.
+    (lower ? link.push_out : link.push_in).reset();
+    (lower ? link.push_in : link.push_out).reset();
+    (lower ? link.pull_out : link.pull_in).reset();
+    (lower ? link.pull_in : link.pull_out).reset();
+    link.pair.reset();
+  }
+  links.clear();
+}
+
 std::vector<PsPeerLinks> make_shared_peer_links(
     Communicator& world, const std::function<int64_t(int from, int to, bool pulls)>& capacity,
     double timeout_s) {

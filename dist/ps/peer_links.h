@@ -35,6 +35,13 @@ struct PsPeerLinks {
 // message before the next round.
 std::vector<PsPeerLinks> make_peer_links(Communicator& world, int max_ctas);
 
+// Destroys the links in the order they were made, pair by pair in the tournament's rounds,
+// each pair's four in the same order on both of its ranks: destroying an NCCL communicator
+// may wait for its peer to destroy it too (two GPUs of one machine: cuMemRelease inside
+// ncclCommDestroy), so ranks that went through their links in different orders would each
+// wait for the other. `links` must be the only holder of them left.
+void release_peer_links(std::vector<PsPeerLinks>& links, int me);
+
 // The same four links over memory the ranks of one machine map from one another
 // (dist/comm/shared_link.h, dist.ps.p2p_links = "shared"), where no GPU work waits for a peer.
 // The ring of the link carrying rank `from`'s pushes to rank `to`'s server holds

@@ -2,7 +2,8 @@
 # A rank that never takes part ends every rank within dist.timeout_s (3 s here), with a message
 # naming what waited for it, and a non-zero exit. TAG picks the case of stuck_rank.cpp (default
 # [stuck], a collective); each MESSAGE must appear in the output (default: the all_reduce, its
-# sequence number and the missing rank).
+# sequence number and the missing rank), in the output or in the ranks' log files (each rank
+# writes one under DTRAIN_TEST_LOG_DIR where its case opens it).
 #   usage: expect_timeout.sh MPIRUN DIST_TESTS [TAG MESSAGE...]
 set -uo pipefail
 mpirun=$1 tests=$2
@@ -12,10 +13,15 @@ messages=("${@:4}")
   "all_reduce #2 (16 x Float) did not complete within dist.timeout_s = 3 s"
   "missing rank(s) 2 (no answer)")
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+logs=$(mktemp -d)
+trap 'rm -rf "$log" "$logs"' EXIT
 start=$(date +%s)
-"$mpirun" -np 3 --oversubscribe "$tests" "$tag" >"$log" 2>&1
+DTRAIN_TEST_LOG_DIR=$logs "$mpirun" -np 3 --oversubscribe -x DTRAIN_TEST_LOG_DIR "$tests" "$tag" \
+  >"$log" 2>&1
 code=$?
+for file in "$logs"/*.log; do
+  [ -e "$file" ] && { echo "== $(basename "$file")"; cat "$file"; } >>"$log"
+done
 elapsed=$(($(date +%s) - start))
 cat "$log"
 fail() { echo "FAIL: $*"; exit 1; }
