@@ -42,6 +42,7 @@ PsPeerServer::PsPeerServer(int me, std::vector<PsPeerLinks> links, PsShard& shar
   if (stream_) {
     lr_stream_ = c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA)
                      .getStreamFromGlobalPool(stream_->device());
+    lr_host_ = torch::empty({1}, torch::dtype(torch::kFloat64).pinned_memory(true));
   }
   after_caller();  // the shard was made on the caller's stream
   grad_slots_.resize(static_cast<size_t>(workers_));
@@ -158,12 +159,18 @@ void PsPeerServer::post_receives(int worker, int64_t step) {
 
 double PsPeerServer::read_lr(const torch::Tensor& trailer) {
   if (!lr_stream_) return trailer.item<double>();
-  // The receive has completed: the copy need not queue behind this thread's rounds.
+  // The receive has completed: the copy need not queue behind this thread's rounds. Into
+  // pinned memory, then polled: a copy into pageable memory blocks inside the CUDA driver
+  // until its stream gets there, holding a lock that every other thread's copies need (on
+  // 2 x H200 the shared links' copies stood still behind such a read).
   const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
   const c10::Stream before = cuda.exchangeStream(*lr_stream_);
-  const double lr = trailer.item<double>();
+  lr_host_.copy_(trailer, /*non_blocking=*/true);
+  c10::Event copied(c10::DeviceType::CUDA);
+  copied.record(*lr_stream_);
   cuda.exchangeStream(before);
-  return lr;
+  while (!copied.query()) std::this_thread::sleep_for(std::chrono::microseconds(2));
+  return lr_host_.item<double>();
 }
 
 bool PsPeerServer::take_arrivals() {

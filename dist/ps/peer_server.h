@@ -121,6 +121,7 @@ class PsPeerServer {
   double timeout_s_;
   std::optional<c10::Stream> stream_;
   std::optional<c10::Stream> lr_stream_;  // GPUs: reads the trailers without queueing
+  torch::Tensor lr_host_;  // GPUs: pinned, where a trailer is read
 
   std::vector<std::vector<torch::Tensor>> grad_slots_;  // [worker][slot], peers only
   std::vector<Incoming> incoming_;                      // [worker], peers only
