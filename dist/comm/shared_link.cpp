@@ -15,8 +15,13 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <fmt/format.h>
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <chrono>
 #include <deque>
 #include <mutex>
@@ -31,6 +36,10 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int64_t kAlign = 256;         // of every message in a ring
 constexpr uint64_t kDescriptors = 256;  // messages a ring holds at most
+// How long the progress thread sleeps once idle: on GPUs it polls the copies' events; on CPU
+// ranks it is a backstop (SharedLinkEngine::run).
+constexpr std::chrono::microseconds kGpuPoll(20);
+constexpr std::chrono::microseconds kCpuPoll(1000);
 
 struct Descriptor {
   uint64_t offset = 0;  // in the ring
@@ -48,15 +57,46 @@ struct LinkControl {
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "control words cross processes");
 
-// The head of each rank's host region: set by a rank that found a link stuck, so that every
-// rank's progress thread writes where its threads sit before the job ends. A hang across
-// processes is only understood from both sides.
+// The head of each rank's host region.
 struct RankControl {
-  alignas(64) std::atomic<int> stuck;  // 1 + the rank that found a link stuck; 0: none
+  // Set by a rank that found a link stuck, so that every rank's progress thread writes where
+  // its threads sit before the job ends: a hang across processes is understood only from both
+  // sides. 1 + that rank; 0: none.
+  alignas(64) std::atomic<int> stuck;
+  // CPU ranks: bumped (and its sleepers woken, a futex across processes) whenever something
+  // this rank's links wait for happens: a message published to it, ring space freed for it,
+  // an operation of it completed or posted. A thread of this rank waiting for an operation
+  // sleeps on it instead of polling, which took a core's share from the compute on a
+  // machine whose cores all compute.
+  alignas(64) std::atomic<uint32_t> doorbell;
+  std::atomic<uint32_t> sleepers;  // threads asleep on it: a ring with none makes no call
 };
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "a futex word");
 static_assert(sizeof(RankControl) <= 256, "the head fits its aligned slot");
 
 int64_t round_up(int64_t bytes, int64_t to) { return (bytes + to - 1) / to * to; }
+
+// Rings `rank`'s doorbell: whoever sleeps on it wakes. The bell is bumped before the
+// sleepers are counted, and a sleeper is counted before it reads the bell (both sequentially
+// consistent): either the ringer sees the sleeper, or the sleeper sees the new value.
+void ring(RankControl& rank) {
+  rank.doorbell.fetch_add(1);
+  if (rank.sleepers.load() == 0) return;
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&rank.doorbell), FUTEX_WAKE, INT_MAX, nullptr,
+          nullptr, 0);
+}
+
+// Sleeps while `rank`'s doorbell still reads `seen`, at most `most`.
+void sleep_on(RankControl& rank, uint32_t seen, std::chrono::microseconds most) {
+  const timespec timeout{static_cast<time_t>(most.count() / 1000000),
+                         static_cast<long>(most.count() % 1000000) * 1000};
+  rank.sleepers.fetch_add(1);
+  if (rank.doorbell.load() == seen) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&rank.doorbell), FUTEX_WAIT, seen, &timeout,
+            nullptr, 0);
+  }
+  rank.sleepers.fetch_sub(1);
+}
 
 enum Stage : int { kPosted, kIssued, kComplete };
 
@@ -109,6 +149,9 @@ class SharedLinkEngine {
   // the progress thread, and by a caller that waits or tests: on a machine whose cores all
   // compute, the thread that waits need not wait for the progress thread to be scheduled.
   bool progress();
+  // Nothing moved: on CPU ranks sleeps until this rank's doorbell rings (or `most` passes); on
+  // GPUs, whose copies complete with no one to ring, for a short poll interval.
+  void idle(std::chrono::microseconds most);
 
  private:
   void run();
@@ -125,6 +168,12 @@ class SharedLinkEngine {
   void check_deadlines();
   // Another rank found a link stuck: this rank's threads into its log, once.
   void report_if_alarmed();
+  RankControl& head(int rank) const {
+    return *static_cast<RankControl*>(control_->region(rank).data_ptr());
+  }
+  // CPU ranks: rings the doorbells of this rank and of `peer`, after an operation of theirs
+  // completed (so a message published, or ring space freed).
+  void ring_after_completing(int peer) const;
   [[noreturn]] void fail(const std::string& what) const;
 
   torch::Device device_;
@@ -205,9 +254,12 @@ std::shared_ptr<Op> SharedLinkEngine::post(LinkEnd& end, const torch::Tensor& te
     op->ready.emplace(c10::DeviceType::CUDA);
     op->ready->record(c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(device_));
   }
-  const std::lock_guard<std::mutex> lock(end.mutex);
-  op->number = end.posted++;
-  end.ops.push_back(op);
+  {
+    const std::lock_guard<std::mutex> lock(end.mutex);
+    op->number = end.posted++;
+    end.ops.push_back(op);
+  }
+  if (!device_.is_cuda()) ring(head(rank_));
   return op;
 }
 
@@ -256,11 +308,13 @@ bool SharedLinkEngine::advance_send(LinkEnd& end) {
     op->stage.store(kIssued, std::memory_order_release);
     moved = true;
   }
-  return complete_copied(end, [&end](const Op& op) {
+  const bool completed = complete_copied(end, [&end](const Op& op) {
     end.control->descriptors[op.number % kDescriptors] = {op.offset,
                                                           static_cast<uint64_t>(op.bytes), op.end};
     end.control->published.store(op.number + 1, std::memory_order_release);
-  }) || moved;
+  });
+  if (completed) ring_after_completing(end.peer);
+  return completed || moved;
 }
 
 bool SharedLinkEngine::advance_recv(LinkEnd& end) {
@@ -280,10 +334,12 @@ bool SharedLinkEngine::advance_recv(LinkEnd& end) {
     op->stage.store(kIssued, std::memory_order_release);
     moved = true;
   }
-  return complete_copied(end, [&end](const Op& op) {
+  const bool completed = complete_copied(end, [&end](const Op& op) {
     end.control->freed.store(op.end, std::memory_order_release);
     end.control->consumed.store(op.number + 1, std::memory_order_release);
-  }) || moved;
+  });
+  if (completed) ring_after_completing(end.peer);
+  return completed || moved;
 }
 
 bool SharedLinkEngine::progress() {
@@ -296,10 +352,27 @@ bool SharedLinkEngine::progress() {
   return moved;
 }
 
+void SharedLinkEngine::ring_after_completing(int peer) const {
+  if (device_.is_cuda()) return;
+  ring(head(peer));
+  ring(head(rank_));  // a caller waiting for what this thread completed
+}
+
+void SharedLinkEngine::idle(std::chrono::microseconds most) {
+  if (device_.is_cuda()) {
+    std::this_thread::sleep_for(kGpuPoll);
+    return;
+  }
+  RankControl& me = head(rank_);
+  const uint32_t seen = me.doorbell.load();
+  if (progress()) return;  // what rang before `seen` was read
+  sleep_on(me, seen, most);
+}
+
 void SharedLinkEngine::run() {
   if (device_.is_cuda()) c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).setDevice(device_);
   auto next_check = Clock::now();
-  int idle = 0;
+  int idle_polls = 0;
   while (!stopping_.load()) {
     const bool moved = progress();
     if (Clock::now() > next_check) {
@@ -307,9 +380,12 @@ void SharedLinkEngine::run() {
       check_deadlines();
       next_check = Clock::now() + std::chrono::milliseconds(10);
     }
-    // Spin while messages flow, then sleep so that an idle link leaves the core free.
-    idle = moved ? 0 : idle + 1;
-    if (idle > 16) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    // Spin while messages flow, then sleep so that an idle link leaves the core free. On CPU
+    // ranks the callers move the links (the server thread tests its receives, waits wait
+    // on the doorbell), so this thread is a backstop: woken for every message, it took a
+    // core's share from the compute of 4 ranks on 2 cores.
+    idle_polls = moved ? 0 : idle_polls + 1;
+    if (idle_polls > 16) std::this_thread::sleep_for(device_.is_cuda() ? kGpuPoll : kCpuPoll);
   }
 }
 
@@ -378,9 +454,7 @@ class SharedLinkWork : public Work {
     // progress thread ends the job should it never be.
     const int enough = op_->ready ? kIssued : kComplete;
     for (int polls = 0; op_->stage.load(std::memory_order_acquire) < enough; ++polls) {
-      if (!engine_->progress() && polls > 100) {
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
-      }
+      if (!engine_->progress() && polls > 100) engine_->idle(std::chrono::milliseconds(1));
     }
     if (op_->ready) {
       op_->done->block(
