@@ -21,8 +21,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <climits>
 #include <chrono>
+#include <climits>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -421,8 +421,7 @@ void SharedLinkEngine::check_deadlines() {
 
 void SharedLinkEngine::report_if_alarmed() {
   if (reported_) return;
-  const auto* head = static_cast<const RankControl*>(control_->region(rank_).data_ptr());
-  const int found_by = head->stuck.load(std::memory_order_acquire) - 1;
+  const int found_by = head(rank_).stuck.load(std::memory_order_acquire) - 1;
   if (found_by < 0) return;
   reported_ = true;
   log::to_file(fmt::format("rank {}: a shared link was found stuck by rank {}; where this "
@@ -433,9 +432,8 @@ void SharedLinkEngine::report_if_alarmed() {
 void SharedLinkEngine::fail(const std::string& what) const {
   log::error("rank {}: {}; ending the job", rank_, what);
   for (int r = 0; r < ranks_; ++r) {
-    auto* head = static_cast<RankControl*>(control_->region(r).data_ptr());
     int none = 0;
-    head->stuck.compare_exchange_strong(none, rank_ + 1, std::memory_order_acq_rel);
+    head(r).stuck.compare_exchange_strong(none, rank_ + 1, std::memory_order_acq_rel);
   }
   log::to_file(thread_stacks());  // where this rank's threads sit
   // The other ranks' progress threads look every 10 ms and take 0.3 s to write theirs.
