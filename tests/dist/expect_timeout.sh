@@ -3,7 +3,7 @@
 # naming what waited for it, and a non-zero exit. TAG picks the case of stuck_rank.cpp (default
 # [stuck], a collective); each MESSAGE must appear in the output (default: the all_reduce, its
 # sequence number and the missing rank), in the output or in the ranks' log files (each rank
-# writes one under DTRAIN_TEST_LOG_DIR where its case opens it).
+# writes one under DTRAIN_TEST_LOG_DIR: tests/dist_main.cpp).
 #   usage: expect_timeout.sh MPIRUN DIST_TESTS [TAG MESSAGE...]
 set -uo pipefail
 mpirun=$1 tests=$2

@@ -2,7 +2,6 @@
 // expect_nccl_timeout.sh (NCCL, with DTRAIN_TEST_DEVICE=cuda): the last rank never
 // joins an operation, and the others must end the job within the timeout
 // (DTRAIN_TEST_TIMEOUT_S, default 3 s), naming it (not a silent hang).
-#include "common/log.h"
 #include "dist/comm/communicator.h"
 #include "dist/comm/shared_link.h"
 #include "test_device.h"
@@ -40,10 +39,6 @@ TEST_CASE("a rank that never sends over a shared link ends the job", "[.][stuck_
   const int last = n - 1;
   std::vector<dtrain::dist::SharedLinkSpec> specs;
   for (int to = 0; to < last; ++to) specs.push_back({last, to, 4096});
-  // Every rank's log, where each writes its threads' stacks once one rank found a link stuck.
-  if (const char* dir = std::getenv("DTRAIN_TEST_LOG_DIR")) {
-    dtrain::log::open_file(fmt::format("{}/rank{}.log", dir, comm->rank()));
-  }
   const auto links = dtrain::dist::make_shared_links(*comm, specs, timeout_s);
   if (comm->rank() == last) {
     std::this_thread::sleep_for(std::chrono::seconds(60));  // never sends
