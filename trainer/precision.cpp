@@ -1,6 +1,7 @@
 #include "trainer/precision.h"
 
 #include "common/autocast.h"
+#include "common/host_wait.h"
 
 namespace dtrain::trainer {
 
@@ -33,7 +34,7 @@ bool LossScaler::unscale_and_check(const std::vector<torch::Tensor>& params,
   found_inf_.zero_();
   at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, scale_.reciprocal());
   if (agree) agree(found_inf_);
-  return found_inf_.item<float>() == 0.0f;
+  return to_host(found_inf_).item<float>() == 0.0f;
 }
 
 void LossScaler::update() {

@@ -1,6 +1,7 @@
 #include "trainer/resume.h"
 
 #include "common/error.h"
+#include "common/host_wait.h"
 #include "common/log.h"
 #include "optim/schedule.h"
 #include "trainer/config.h"
@@ -21,7 +22,7 @@ std::vector<int> failed_ranks(bool failed, dist::Strategy& strategy, torch::Devi
   torch::Tensor flags = torch::zeros({group.size}, torch::dtype(torch::kFloat32).device(device));
   if (failed) flags[group.rank].fill_(1.0);
   strategy.reduce_metrics(flags, dist::ReduceOp::kSum);
-  const torch::Tensor host = flags.cpu();
+  const torch::Tensor host = to_host(flags);
   std::vector<int> ranks;
   for (int r = 0; r < group.size; ++r) {
     if (host[r].item<float>() > 0) ranks.push_back(r);

@@ -1,6 +1,6 @@
 #include "trainer/straggler.h"
 
-#include <c10/core/impl/VirtualGuardImpl.h>
+#include "common/host_wait.h"
 
 #include <algorithm>
 
@@ -36,9 +36,7 @@ void Straggler::wait_for_device() const {
   // The compute stream only: a device-wide sync would also wait for collectives queued on
   // other streams that need the other ranks, and so tie this rank to them (a parameter
   // server's slack would be gone).
-  if (device_.is_cuda()) {
-    c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(device_).synchronize();
-  }
+  wait_for_stream(device_);
 }
 
 }  // namespace dtrain::trainer

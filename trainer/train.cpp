@@ -1,6 +1,7 @@
 #include "trainer/train.h"
 
 #include "common/error.h"
+#include "common/host_wait.h"
 #include "common/log.h"
 #include "dist/comm/communicator.h"
 #include "trainer/checkpoint.h"
@@ -138,7 +139,7 @@ class Trainer {
       // mpirun ends the job when the first rank exits with a non-zero code: no rank exits
       // before rank 0 has written the checkpoint.
       s_.strategy->reduce_metrics(report_, dist::ReduceOp::kSum);
-      report_.cpu();
+      to_host(report_);
     }
     return finish();
   }
@@ -229,7 +230,7 @@ class Trainer {
   // carries a NaN or Inf from any rank). A reduction and a host sync.
   bool step_loss_finite() {
     s_.strategy->reduce_metrics(step_loss_, dist::ReduceOp::kAverage);
-    const double loss = step_loss_.item<double>();
+    const double loss = to_host(step_loss_).item<double>();
     if (std::isfinite(loss)) return true;
     ++nonfinite_in_interval_;
     if (s_.world.rank == 0) {
@@ -256,7 +257,7 @@ class Trainer {
       if (StopSignals::received() == signals[i]) report_[static_cast<int64_t>(i) + 1].fill_(1.0);
     }
     s_.strategy->reduce_metrics(report_, dist::ReduceOp::kAverage);
-    const torch::Tensor reduced = report_.cpu();
+    const torch::Tensor reduced = to_host(report_);
     for (size_t i = 0; i < signals.size() && stop_signal_ == 0; ++i) {
       if (reduced[static_cast<int64_t>(i) + 1].item<float>() > 0) stop_signal_ = signals[i];
     }
@@ -337,7 +338,7 @@ class Trainer {
     s_.model->train();
     sums[2].fill_(static_cast<double>(seen));
     s_.strategy->reduce_metrics(sums, dist::ReduceOp::kSum);
-    const torch::Tensor totals = sums.cpu();
+    const torch::Tensor totals = to_host(sums);
     const double count = totals[2].item<double>();
     EvalResult result{totals[0].item<double>() / count, totals[1].item<double>() / count};
     progress_.line(fmt::format("epoch {} | test loss {:.4f} | test accuracy {:.2f}%", epoch,
@@ -390,7 +391,7 @@ class Trainer {
     torch::Tensor failures =
         torch::full({1}, ok ? 0.0 : 1.0, torch::TensorOptions().device(s_.device));
     s_.strategy->reduce_metrics(failures, dist::ReduceOp::kSum);
-    return failures.item<double>() == 0.0;
+    return to_host(failures).item<double>() == 0.0;
   }
 
   CheckpointInfo checkpoint_info() const {

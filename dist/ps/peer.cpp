@@ -1,6 +1,7 @@
 #include "dist/ps/peer.h"
 
 #include "common/error.h"
+#include "common/host_wait.h"
 #include "common/log.h"
 #include "common/shared_kernels.h"
 #include "dist/comm/nodes.h"
@@ -308,7 +309,7 @@ void PsPeerStrategy::before_forward(int64_t step) {
   if (server_stream_ && staleness_ > 0) {
     // The host chooses what to read: it must see what has arrived by the time the forward
     // runs, not when it was queued.
-    compute_stream(comm_->device()).synchronize();
+    wait_for_stream(comm_->device());
   }
   // The round just pushed, with every push but one in.
   if (previews_ && clock_ > 0) await_preview(clock_ * per_round_ - 2);
