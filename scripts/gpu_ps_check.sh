@@ -27,7 +27,9 @@ gpus=$(nvidia-smi -L | wc -l)
 export NCCL_NVLS_ENABLE=0
 
 if [ "$what" = build ] || [ "$what" = all ]; then
-  gpu_build dist_tests trainer
+  gpu_build dist_tests common_tests trainer
+  echo "== host waits that leave the driver free (common/host_wait.h)"
+  build-gpu/tests/common_tests "[common]" 2>&1 | tail -2
   echo "== parameter-server tests"
   # Bounded as a whole (TESTS_S), so that a suite that deadlocks leaves the call's 600 s
   # enough to say so.
