@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/host_wait.h"
 #include "common/log.h"
 #include "models/export.h"
 
@@ -112,7 +113,9 @@ bool all_finite(const dist::NamedTensors& state) {
   for (const auto& item : state) {
     if (item.second.is_floating_point()) finite.push_back(torch::isfinite(item.second).all());
   }
-  return finite.empty() || torch::stack(finite).all().item<bool>();
+  // The state's first read from the device (polled: common/host_wait.h); later ones find the
+  // stream drained.
+  return finite.empty() || to_host(torch::stack(finite).all()).item<bool>();
 }
 
 Checkpointer::Checkpointer(std::string dir, int64_t keep) : dir_(std::move(dir)), keep_(keep) {}

@@ -1,6 +1,7 @@
 #include "dist/comm/gather.h"
 
 #include "common/error.h"
+#include "common/host_wait.h"
 
 #include <cstring>
 #include <utility>
@@ -16,7 +17,7 @@ std::pair<torch::Tensor, std::vector<int64_t>> gather(Communicator& comm,
   const auto int64_options = torch::dtype(torch::kInt64).device(comm.device());
   torch::Tensor counts = torch::empty({comm.size()}, int64_options);
   comm.all_gather(torch::full({1}, flat.numel(), int64_options), counts)->wait();
-  const torch::Tensor host_counts = counts.cpu();
+  const torch::Tensor host_counts = to_host(counts);
   const int64_t* first = host_counts.data_ptr<int64_t>();
   std::vector<int64_t> by_rank(first, first + comm.size());
   torch::Tensor output = torch::empty({host_counts.sum().item<int64_t>()}, flat.options());
@@ -34,7 +35,7 @@ std::vector<std::string> all_gather_bytes(Communicator& comm, const std::string&
   torch::Tensor mine = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
   if (!bytes.empty()) std::memcpy(mine.data_ptr(), bytes.data(), bytes.size());
   const auto [gathered, counts] = gather(comm, mine.to(comm.device()));
-  const torch::Tensor host = gathered.cpu();
+  const torch::Tensor host = to_host(gathered);
   std::vector<std::string> all;
   const auto* next = reinterpret_cast<const char*>(host.data_ptr<uint8_t>());
   for (const int64_t count : counts) {

@@ -1,6 +1,7 @@
 #include "dist/ps/whole_state.h"
 
 #include "common/error.h"
+#include "common/host_wait.h"
 #include "dist/comm/gather.h"
 #include "dist/optimizer_state.h"
 #include "dist/ps/piece_state.h"
@@ -43,7 +44,7 @@ ps::StateMessage server_state(const PsPlan& plan, int server,
                               const torch::optim::Optimizer* whole) {
   std::vector<torch::Tensor> flat;
   for (const torch::Tensor& param : params) {
-    flat.push_back(to_memory_order(param.detach(), param).cpu());
+    flat.push_back(to_host(to_memory_order(param.detach(), param)));
   }
   ps::StateMessage message;
   int64_t numel = 0;
