@@ -70,9 +70,9 @@ slow() {  # NAME STRATEGIES [--set ...]
   scripts/time_to_loss.py "$out/$name" 6 5 4 3 2 1 | tee "$out/$name.time_to_loss.md"
 }
 echo "== worker 1 slowed 1.5x every step, $slow_steps steps"
-slow straggler "${FIXED:-ddp ps:bsp ps:ssp2}" --set "debug.slow_ranks=[1]"
+slow straggler "${FIXED:-ddp ps:bsp ps:ssp2 ps:bsp+p2p ps:ssp2+p2p+partial}" --set "debug.slow_ranks=[1]"
 echo "== every worker slowed 1.5x in turn (step s slows worker s mod $gpus), $slow_steps steps"
-slow rotating "${ROTATING:-ddp ps:bsp ps:ssp1 ps:ssp2 ps:ssp2+exact}" --set "debug.slow_ranks=[$(seq -s, 0 $((gpus - 1)))]" \
+slow rotating "${ROTATING:-ddp ps:bsp ps:ssp1 ps:ssp2 ps:ssp2+exact ps:ssp2+p2p+partial}" --set "debug.slow_ranks=[$(seq -s, 0 $((gpus - 1)))]" \
   --set debug.slow_pattern=rotating
 fi
 
