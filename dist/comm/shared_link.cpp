@@ -460,11 +460,14 @@ class SharedLinkWork : public Work {
     }
     if (!finished_) finished_ = host_now();
   }
-  // Complete once its copy has: the ring's bookkeeping after it is the progress thread's.
+  // Complete once announced to the peer (a send published, a receive's ring space freed), not
+  // merely copied: an announcement left to the progress thread needs a CUDA call, which a
+  // thread of this process blocking inside the driver (a pageable read after a collective)
+  // can hold up while the peer waits for it (a deadlock on 2 x H200 when a worker, done,
+  // went on to a collective before its last send was published).
   bool test() override {
     if (op_->stage.load(std::memory_order_acquire) != kComplete) engine_->progress();
-    const int stage = op_->stage.load(std::memory_order_acquire);
-    return stage == kComplete || (stage == kIssued && op_->done && op_->done->query());
+    return op_->stage.load(std::memory_order_acquire) == kComplete;
   }
   std::shared_ptr<const TimePoint> started() const override { return started_; }
   std::shared_ptr<const TimePoint> finished() const override {

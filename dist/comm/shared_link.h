@@ -36,7 +36,8 @@ struct SharedLinkSpec {
 // the others). Each is a communicator of two ranks, ordered as in `comm`, that carries send()
 // from `from` and recv() at `to`, tag 0, messages of up to its ring's capacity; its other
 // operations throw UserError. Works: wait() blocks the host until the copy is queued, then,
-// on GPUs, makes the current stream wait for it; test() says whether it has completed.
+// on GPUs, makes the current stream wait for it; test() says whether it has completed and
+// been announced to the peer (a peer waiting for it needs nothing more of this rank).
 std::vector<std::shared_ptr<Communicator>> make_shared_links(
     Communicator& comm, const std::vector<SharedLinkSpec>& specs, double timeout_s);
 

@@ -450,7 +450,21 @@ void PsPeerStrategy::finish() {
     server_->push_own({clock_, torch::Tensor(), nullptr, std::numeric_limits<double>::quiet_NaN()});
     server_->join();
   }
-  for (const auto& send : sends_) send->wait();
+  // Delivered, not only queued: the caller goes on to collectives and host reads, which must
+  // not hold up a send the peers still wait for.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+  for (const auto& send : sends_) {
+    send->wait();
+    while (!send->test()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw UserError(fmt::format("ps: rank {} could not deliver its last pushes within {} s "
+                                    "(dist.timeout_s)",
+                                    me, timeout_s_));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
   sends_.clear();
 }
 
