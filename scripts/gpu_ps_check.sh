@@ -102,7 +102,8 @@ if [ "$what" = p2p ] || [ "$what" = all ]; then
   # deadlocks ends at dist.timeout_s = 120. Then the point on real data: the workers
   # slowed 1.5x in turn, SSP(2) with partial reads against BSP and DDP to a training loss, at
   # momentum 0.5 (BSP's best in the runs of 2026-11-27); the partial reads also with one
-  # preview a round (previews1). A report is a collective, where SSP's slack ends: every
+  # preview a round (previews1) and with a longer wait for the round just pushed (wait30:
+  # 0.3 of a step, fresher reads on CPU ranks, docs/PERFORMANCE.md). A report is a collective, where SSP's slack ends: every
   # 3 x GPUs steps, a whole number of the straggler's turns, every worker has been slowed
   # as often when it comes. Every run has the loader's workers, which beside NCCL's links
   # deadlocked on one H200 (docs/PERFORMANCE.md): the real-data sweep leaves those out.
@@ -118,7 +119,7 @@ if [ "$what" = p2p ] || [ "$what" = all ]; then
   echo "== Fashion-MNIST, every worker slowed 1.5x in turn, $p2p_steps steps: p2p"
   scripts/sweep_strategies.sh build-gpu "$out/p2p_real" --ranks "$gpus" --steps "$p2p_steps" \
     --repeat 1 --config configs/resnet50_ps.toml \
-    --strategies "${P2P_REAL:-ddp ps:bsp ps:bsp+p2p ps:ssp2+p2p+partial ps:ssp2+p2p+partial+previews1 ps:ssp2+p2p+newest}" \
+    --strategies "${P2P_REAL:-ddp ps:bsp ps:bsp+p2p ps:ssp2+p2p+partial ps:ssp2+p2p+partial+wait30 ps:ssp2+p2p+partial+previews1}" \
     --set data.dataset=fashion_mnist --set data.augment=false --set data.path="$data" \
     --set train.eval_every=0 --set optim.momentum=0.5 --set optim.nesterov=false \
     --set schedule.warmup_epochs=0.25 --set run.log_every=$((3 * gpus)) --set debug.slow_factor=1.5 \
