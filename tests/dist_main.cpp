@@ -12,7 +12,6 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
-
 #include <string>
 
 int main(int argc, char* argv[]) {
