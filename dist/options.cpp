@@ -79,6 +79,10 @@ void PsOptions::declare(OptionSpecs& keys) {
            "of the last step, for the round just pushed with all pushes but one in; then the "
            "newest that has arrived is read")
       .range(0.0, 1.0);
+  keys.add("sync_steps", &sync_steps,
+           "ssp over p2p: the first steps of the run, read as bsp (the last whole round); "
+           "the staleness bound applies from then on")
+      .range(0, 1000000000);
   keys.add("previews", &previews,
            "ssp_reads = \"partial\" over p2p: the previews of each round a server sends, at "
            "its last `previews` pushes but the final one (0: at every push, workers - 1)")
@@ -265,6 +269,13 @@ FieldErrors DistOptions::validate(const DistContext& context) const {
                         "ssp_reads = \"exact\" and predict_weights = true need transport "
                         "\"collectives\""});
     }
+    if (ps.sync_steps > 0 && ps.consistency == "ssp" && ps.transport != "p2p") {
+      errors.push_back({"ps.sync_steps",
+                        fmt::format("{} needs dist.ps.transport = \"p2p\" (set it; this run has "
+                                    "\"{}\"): the other transports read within the bound from "
+                                    "the first step",
+                                    ps.sync_steps, ps.transport)});
+    }
     if (ps.partial_reads() && (ps.transport == "collectives" || ps.hierarchical)) {
       // Over collectives a push is a reduce, which completes only once every worker has
       // joined it: no server sees the on-time pushes first.
@@ -335,7 +346,7 @@ FieldErrors DistOptions::unused_keys() const {
       warnings.push_back({key, fmt::format("has no effect under dist.zero.stage = {}",
                                            zero.stage)});
     } else if ((key == "ps.staleness" || key == "ps.ssp_reads" || key == "ps.predict_weights" ||
-                key == "ps.partial_wait" || key == "ps.previews") &&
+                key == "ps.partial_wait" || key == "ps.previews" || key == "ps.sync_steps") &&
                ps.consistency != "ssp") {
       warnings.push_back({key, fmt::format("has no effect under dist.ps.consistency = \"{}\"",
                                            ps.consistency)});

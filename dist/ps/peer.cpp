@@ -304,16 +304,18 @@ int64_t PsPeerStrategy::whole_round_message(int64_t clock) const {
 }
 
 void PsPeerStrategy::before_forward(int64_t step) {
-  (void)step;
   const auto start = comm_->now();
-  if (server_stream_ && staleness_ > 0) {
+  // The first dist.ps.sync_steps steps read as BSP does: the last whole round, nothing newer.
+  const bool in_sync = step < options_.sync_steps;
+  const int64_t k = in_sync ? 0 : staleness_;
+  if (server_stream_ && k > 0) {
     // The host chooses what to read: it must see what has arrived by the time the forward
     // runs, not when it was queued.
     wait_for_stream(comm_->device());
   }
   // The round just pushed, with every push but one in.
-  if (previews_ && clock_ > 0) await_preview(clock_ * per_round_ - 2);
-  read(whole_round_message(clock_ - staleness_));
+  if (previews_ && k > 0 && clock_ > 0) await_preview(clock_ * per_round_ - 2);
+  read(whole_round_message(clock_ - k), in_sync);
   waits_.emplace_back(start, comm_->now());
 }
 
@@ -381,7 +383,7 @@ void PsPeerStrategy::copy_in(int s, const torch::Tensor& values) {
   }
 }
 
-void PsPeerStrategy::read(int64_t least) {
+void PsPeerStrategy::read(int64_t least, bool exact) {
   const int me = comm_->rank();
   int64_t oldest = std::numeric_limits<int64_t>::max();
   int64_t total = 0, partial = 0;
@@ -390,8 +392,9 @@ void PsPeerStrategy::read(int64_t least) {
     if (numel == 0) continue;
     int64_t& held = read_index_[static_cast<size_t>(s)];
     if (s == me) {
-      if (least >= 0 || server_->newest_message() > held) {
-        const PsPeerHandoff message = server_->own_message(std::max(least, held));
+      if (least >= 0 || (!exact && server_->newest_message() > held)) {
+        const PsPeerHandoff message = server_->own_message(
+            std::max(least, held), exact ? least : std::numeric_limits<int64_t>::max());
         if (message.index > held) {
           if (message.ready) {
             const c10::Stream compute = compute_stream(comm_->device());
@@ -403,7 +406,10 @@ void PsPeerStrategy::read(int64_t least) {
         }
       }
     } else {
-      const int64_t found = newest_arrived(s, least);
+      // Exact: nothing newer than `least` is posted yet (its round is the last one pushed), so
+      // its slot still holds it.
+      const int64_t found = exact ? std::min(newest_arrived(s, least), least)
+                                  : newest_arrived(s, least);
       if (found > held) {
         const auto& slots = pull_slots_[static_cast<size_t>(s)];
         copy_in(s, slots[static_cast<size_t>(found % static_cast<int64_t>(slots.size()))]);

@@ -95,8 +95,9 @@ class PsPeerStrategy : public ReplicatedStrategy, private CommHook {
   // Bytes of the ring of the shared link from `from` to `to` (pulls: from its server).
   int64_t ring_bytes(int from, int to, bool pulls) const;
 
-  // Reads each server's newest message, numbered at least `least` (-1: any).
-  void read(int64_t least);
+  // Reads each server's newest message, numbered at least `least` (-1: any); with `exact`,
+  // message `least` itself, nothing newer (BSP's read).
+  void read(int64_t least, bool exact = false);
   // Partial reads: waits up to dist.ps.partial_wait of the last step for every server's
   // message `index` (or a newer one); returns early once all are in.
   void await_preview(int64_t index);

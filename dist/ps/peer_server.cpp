@@ -81,13 +81,18 @@ int64_t PsPeerServer::newest_message() const {
   return newest_;
 }
 
-PsPeerHandoff PsPeerServer::own_message(int64_t least) {
+PsPeerHandoff PsPeerServer::own_message(int64_t least, int64_t most) {
   std::unique_lock<std::mutex> lock(mutex_);
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
   while (true) {
     if (error_) std::rethrow_exception(error_);
-    if (newest_ >= least) return own_messages_.back();
+    if (newest_ >= least) {
+      for (auto it = own_messages_.rbegin(); it != own_messages_.rend(); ++it) {
+        if (it->index <= most) return *it;
+      }
+      DTRAIN_CHECK(false, "ps server {}: message {} is no longer held", me_, most);
+    }
     if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && newest_ < least) {
       throw UserError(fmt::format(
           "ps: rank {} waited {} s (dist.timeout_s) for its own server's message {}; the "

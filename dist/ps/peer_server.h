@@ -37,6 +37,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -75,9 +76,11 @@ class PsPeerServer {
   // This rank's worker: its push of a step (its chunks of this shard, laid out as the shard's
   // parameters), or that it has finished (lr NaN).
   void push_own(PsPeerHandoff push);
-  // This rank's worker: the newest message numbered at least `least`, once there is one;
-  // waits for it up to the timeout. Rethrows what ended the thread.
-  PsPeerHandoff own_message(int64_t least);
+  // This rank's worker: the newest message numbered from `least` to `most`, once one numbered
+  // `least` or more has been sent; waits for it up to the timeout. Rethrows what ended the
+  // thread.
+  PsPeerHandoff own_message(int64_t least,
+                            int64_t most = std::numeric_limits<int64_t>::max());
   // The newest message sent so far (-1: none).
   int64_t newest_message() const;
   // Every worker has finished, every message sent has been received: the thread ends.

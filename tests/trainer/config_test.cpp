@@ -338,6 +338,24 @@ TEST_CASE("dist.ps.ssp_reads = \"partial\": messages or p2p, no hierarchy, SGD",
   CHECK(with("dist.ps.transport=p2p").empty());
 }
 
+TEST_CASE("dist.ps.sync_steps: ssp over p2p only, a count of steps", "[config]") {
+  const std::vector<std::string> sync = {"dist.strategy=ps", "dist.ps.consistency=ssp",
+                                         "dist.ps.sync_steps=60"};
+  const auto with = [&](const std::string& setting) {
+    std::vector<std::string> settings = sync;
+    settings.push_back(setting);
+    return problems_of("", settings);
+  };
+  CHECK(with("dist.ps.transport=p2p").empty());
+  std::vector<std::string> problems = with("dist.ps.transport=collectives");
+  REQUIRE(problems.size() == 1);
+  CHECK(contains(problems[0], "--set dist.ps.sync_steps: 60 needs dist.ps.transport = \"p2p\" "
+                              "(set it; this run has \"collectives\")"));
+  CHECK(with("dist.ps.transport=auto").size() == 1);
+  CHECK(problems_of("", {"dist.strategy=ps", "dist.ps.transport=p2p",
+                         "dist.ps.sync_steps=-1"}).size() == 1);
+}
+
 TEST_CASE("dist.ps.transport = \"p2p\": colocated bsp and ssp, no norms over servers, no codec",
           "[config]") {
   const std::vector<std::string> p2p = {"dist.strategy=ps", "dist.ps.transport=p2p"};

@@ -247,3 +247,38 @@ TEST_CASE("ps SSP(0) with partial reads is BSP, bit for bit", "[dist][ps]") {
   Net ssp = train_colocated(partial_options(0), options, data);
   CHECK(max_difference(*bsp, *ssp) == 0.0);
 }
+
+TEST_CASE("ps over p2p: the first dist.ps.sync_steps steps read as BSP, then within k",
+          "[dist][ps]") {
+  const auto options = optimizer_options("sgd");
+  const Data data = make_data(world()->size());
+  // Trains SSP(2) with partial reads and rank 1 slowed, the first `sync` steps synchronous.
+  const auto train_ssp = [&](int64_t sync, Net& net) {
+    PsOptions ps = p2p_options("ssp", 2);
+    ps.sync_steps = sync;
+    PsPeerStrategy strategy(ps, world(), 60.0);
+    strategy.attach(*net, factory(options));
+    for (int64_t step = 0; step < kSteps; ++step) {
+      train(net, strategy, data, step, step + 1, options.lr);
+      if (step < sync) {
+        CHECK(strategy.last_staleness() == 0);
+        CHECK(strategy.last_partial_reads() == 0.0);
+      }
+      CHECK(strategy.last_staleness() <= 2);
+      if (world()->rank() == 1) strategy.pause(0.25);  // the others would run ahead
+    }
+    strategy.finish();
+  };
+  Net bsp = make_net();
+  {
+    PsPeerStrategy lockstep(p2p_options("bsp", 0), world(), 60.0);
+    lockstep.attach(*bsp, factory(options));
+    train(bsp, lockstep, data, 0, kSteps, options.lr);
+    lockstep.finish();
+  }
+  Net all_sync = make_net();
+  train_ssp(kSteps, all_sync);
+  CHECK(max_difference(*all_sync, *bsp) == 0.0);  // every read the last whole round
+  Net half = make_net();
+  train_ssp(kSteps / 2, half);
+}
