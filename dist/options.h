@@ -99,9 +99,9 @@ struct PsOptions {
   double partial_wait = 0.05;
   // ssp over p2p: the first `sync_steps` steps (counted from the run's start, resumes
   // included) read as BSP does, then SSP's bound applies. The first steps of a deep network
-  // at a high learning rate are the least stable, and there a delayed or partial read costs
-  // the most (docs/PERFORMANCE.md: on ResNet-50 the gap to BSP opened in the first 100
-  // steps); synchronous at first, asynchronous after, as post-local SGD (Lin et al. 2020).
+  // at a high learning rate are the least stable (docs/PERFORMANCE.md: on ResNet-50 partial
+  // reads left the loss after 12 steps at twice BSP's); synchronous at first, asynchronous
+  // after, as post-local SGD (Lin et al. 2020).
   int64_t sync_steps = 0;
   // ssp_reads = "partial" over p2p: how many previews of each round a server sends, at the
   // round's last `previews` pushes but the final one (0: at every push, W - 1 of them). Each
