@@ -386,7 +386,7 @@ void PsPeerStrategy::copy_in(int s, const torch::Tensor& values) {
 void PsPeerStrategy::read(int64_t least, bool exact) {
   const int me = comm_->rank();
   int64_t oldest = std::numeric_limits<int64_t>::max();
-  int64_t total = 0, partial = 0;
+  int64_t total = 0, partial = 0, ahead = 0;
   for (int s = 0; s < comm_->size(); ++s) {
     const int64_t numel = server_numel_[static_cast<size_t>(s)];
     if (numel == 0) continue;
@@ -420,10 +420,14 @@ void PsPeerStrategy::read(int64_t least, bool exact) {
     oldest = std::min(oldest, version);
     total += numel;
     if (previews_ && held >= 0 && held % per_round_ != per_round_ - 1) partial += numel;
+    // A preview of this very step, which only the own server can hand over (the others'
+    // receives of it are not posted yet): the others' pushes of the step this one computes.
+    if (held >= 0 && held / per_round_ >= clock_) ahead += numel;
   }
   last_staleness_ = clock_ - oldest;
   max_staleness_ = std::max(max_staleness_, last_staleness_);
   last_partial_reads_ = total > 0 ? static_cast<double>(partial) / static_cast<double>(total) : 0.0;
+  last_reads_ahead_ = total > 0 ? static_cast<double>(ahead) / static_cast<double>(total) : 0.0;
 }
 
 void PsPeerStrategy::sync_point() {
@@ -506,7 +510,10 @@ Stats PsPeerStrategy::stats() const {
                  {"ps/wait_ms", wait_ms},
                  {"ps/staleness", static_cast<double>(last_staleness_)},
                  {"ps/staleness_max", static_cast<double>(max_staleness_)}};
-  if (previews_) stats.push_back({"ps/partial_reads", last_partial_reads_});
+  if (previews_) {
+    stats.push_back({"ps/partial_reads", last_partial_reads_});
+    stats.push_back({"ps/reads_ahead", last_reads_ahead_});
+  }
   if (!last_.empty()) {
     for (Stat& stat : last_.stats()) stats.push_back(std::move(stat));
   }

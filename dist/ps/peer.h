@@ -79,6 +79,10 @@ class PsPeerStrategy : public ReplicatedStrategy, private CommHook {
   int64_t last_staleness() const { return last_staleness_; }
   // The share of the parameters the last forward read from rounds in progress.
   double last_partial_reads() const { return last_partial_reads_; }
+  // The share of the parameters the last forward read from a preview of its own step's round
+  // (the others' pushes of the step it computes; a preview's pushes are not known to the
+  // reader, since pushes that arrive together share one, so no count of late shares is kept).
+  double last_reads_ahead() const { return last_reads_ahead_; }
 
  private:
   struct Pull {  // a message posted for, from one server
@@ -139,7 +143,7 @@ class PsPeerStrategy : public ReplicatedStrategy, private CommHook {
   std::vector<std::pair<std::shared_ptr<const TimePoint>, std::shared_ptr<const TimePoint>>>
       waits_, last_waits_;
   int64_t last_staleness_ = 0, max_staleness_ = 0;
-  double last_partial_reads_ = 0.0;
+  double last_partial_reads_ = 0.0, last_reads_ahead_ = 0.0;
   std::vector<ps::StateMessage> gathered_;  // rank 0, between prepare_checkpoint and save
 };
 

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 
 using dtrain::dist::PsOptions;
 using dtrain::dist::PsPeerStrategy;
@@ -74,7 +75,7 @@ void check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest) {
   const Data data = make_data(n);
   strategy.attach(*net, factory(options));
   std::vector<torch::Tensor> params = net->parameters();
-  std::vector<torch::Tensor> reads, pushes;
+  std::vector<torch::Tensor> reads, pushes, ahead;  // ahead: p2p's ps/reads_ahead
   double partial_steps = 0.0;
   for (int64_t step = 0; step < kSteps; ++step) {
     strategy.before_forward(step);
@@ -88,6 +89,9 @@ void check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest) {
     pushes.push_back(flat(grads_of(params)).clone());
     strategy.step(options.lr);
     CHECK(strategy.last_staleness() <= k);
+    if constexpr (std::is_same_v<Strategy, PsPeerStrategy>) {
+      ahead.push_back(torch::full({1}, strategy.last_reads_ahead(), pushes.back().options()));
+    }
     partial_steps += strategy.last_partial_reads() > 0.0 ? 1.0 : 0.0;
     // The others run ahead, into its rounds in progress: by more than a step of theirs on a
     // loaded machine too (CI runs other ranks beside these).
@@ -104,6 +108,7 @@ void check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest) {
   };
   const torch::Tensor read = gather(reads);
   const torch::Tensor pushed = gather(pushes);
+  const torch::Tensor reads_ahead = ahead.empty() ? torch::Tensor() : gather(ahead);
   torch::Tensor seen = torch::tensor({partial_steps}, torch::kFloat64).to(device());
   world()->all_reduce(seen, dtrain::dist::ReduceOp::kSum)->wait();
   // A lone worker's rounds are whole once it pushes: none is ever in progress (one GPU).
@@ -161,18 +166,29 @@ void check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest) {
   for (int r = 0; r < n; ++r) {
     for (int64_t t = 0; t < kSteps; ++t) {
       double closest = std::numeric_limits<double>::infinity();
+      int64_t pushes_read = 0;  // of the closest: n per whole round, and those of a partial one
+      const auto consider = [&](const torch::Tensor& candidate, int64_t holds) {
+        const double difference = (read[r][t] - candidate).abs().max().item<double>();
+        if (difference < closest) {
+          closest = difference;
+          pushes_read = holds;
+        }
+      };
       for (int64_t v = std::max<int64_t>(0, t - k); v <= t; ++v) {
-        closest = std::min(
-            closest, (read[r][t] - versions[static_cast<size_t>(v)]).abs().max().item<double>());
+        consider(versions[static_cast<size_t>(v)], v * n);
         // Round t too: a straggler reads the others' pushes of its own step before it pushes.
         for (int in = 1; in + 1 < (1 << n) && v < kSteps; ++in) {
-          if (__builtin_popcount(static_cast<unsigned>(in)) < fewest) continue;
-          const torch::Tensor round = partial_round(v, in);
-          closest = std::min(closest, (read[r][t] - round).abs().max().item<double>());
+          const int count = __builtin_popcount(static_cast<unsigned>(in));
+          if (count < fewest) continue;
+          consider(partial_round(v, in), v * n + count);
         }
       }
       INFO("worker " << r << ", step " << t);
       CHECK(closest < kTolerance);
+      // One chunk, so one server: a read ahead is one of round t, holding pushes of step t.
+      if (reads_ahead.defined()) {
+        CHECK(reads_ahead[r][t][0].item<double>() == (pushes_read > t * n ? 1.0 : 0.0));
+      }
     }
   }
   world()->barrier();
@@ -263,6 +279,7 @@ TEST_CASE("ps over p2p: the first dist.ps.sync_steps steps read as BSP, then wit
       if (step < sync) {
         CHECK(strategy.last_staleness() == 0);
         CHECK(strategy.last_partial_reads() == 0.0);
+        CHECK(strategy.last_reads_ahead() == 0.0);
       }
       CHECK(strategy.last_staleness() <= 2);
       if (world()->rank() == 1) strategy.pause(0.25);  // the others would run ahead
