@@ -13,10 +13,13 @@ so that only the delay differs between runs (docs/PERFORMANCE.md, "What a delay 
                    straggler's: K = N is a whole round's delay);
   --dc LAMBDA      DC-ASGD's correction g + lambda' g*g*(w_now - w_read), lambda' = LAMBDA /
                    sqrt(mean square of g) (Zheng et al. 2017, the adaptive variant).
+  --model resnet   a small ResNet with BatchNorm (three stages of one basic block, 16-64
+                   channels) instead of SimpleCNN: each worker's share normalised alone, as
+                   on the workers; --warmup S ramps the lr linearly over the first S steps.
 Prints the steps (of the whole batch) to training losses 1.0, 0.7 and 0.5 (a 10-step
 moving average) and the last loss. SimpleCNN as in models/, torch on the CPU, one thread.
   usage: delayed_sgd.py [--delay D] [--split N] [--late K --workers N] [--dc L] [--lr LR]
-                        [--momentum M] ...
+                        [--momentum M] [--model simple|resnet] [--warmup S] ...
 """
 import argparse
 import gzip
@@ -50,28 +53,56 @@ def simple_cnn(seed):
         nn.Linear(32 * 49, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
+class BasicBlock(nn.Module):
+    def __init__(self, inputs, outputs, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(inputs, outputs, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(outputs)
+        self.conv2 = nn.Conv2d(outputs, outputs, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(outputs)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or inputs != outputs:
+            self.shortcut = nn.Sequential(nn.Conv2d(inputs, outputs, 1, stride, bias=False),
+                                          nn.BatchNorm2d(outputs))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
+
+
+def small_resnet(seed):
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+        BasicBlock(16, 16, 1), BasicBlock(16, 32, 2), BasicBlock(32, 64, 2),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+
+
 def train(x, y, a):
-    model = simple_cnn(a.seed)
+    model = small_resnet(a.seed) if a.model == "resnet" else simple_cnn(a.seed)
     params = list(model.parameters())
     weights = [p.detach().clone() for p in params]  # the server's copy
     history = [[w.clone() for w in weights]]  # the last delay + 1 versions
     momentum = [torch.zeros_like(w) for w in weights]
     mean_square = [torch.zeros_like(w) for w in weights]
     batches = torch.Generator().manual_seed(a.seed + 1)
-    lr, batch = a.lr / a.split, a.batch // a.split
+    batch = a.batch // a.split
     late = [torch.zeros_like(w) for w in weights]  # lr x the last step's late shares
     losses = []
-    for _ in range(a.steps * a.split):
+    for update in range(a.steps * a.split):
+        ramp = min(1.0, (update // a.split + 1) / a.warmup) if a.warmup > 0 else 1.0
+        lr = ramp * a.lr / a.split
         read = history[max(0, len(history) - 1 - a.delay)]
         with torch.no_grad():
             for p, r, missing in zip(params, read, late):
                 p.copy_(r + missing)
         index = torch.randint(0, len(x), (batch,), generator=batches)
         model.zero_grad()
-        if a.late == 0:
+        if a.late == 0 and a.model == "simple":
             loss = F.cross_entropy(model(x[index]), y[index])
             loss.backward()
-        else:  # each worker's share in turn; the first K shares' gradients are the late ones
+        else:  # each worker's share in turn (BatchNorm: normalised alone, as on its worker);
+            # the first K shares' gradients are the late ones
             loss = 0.0
             for worker, share in enumerate(index.chunk(a.workers)):
                 part = F.cross_entropy(model(x[share]), y[share]) / a.workers
@@ -108,6 +139,8 @@ def main():
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", choices=["simple", "resnet"], default="simple")
+    p.add_argument("--warmup", type=int, default=0)
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     a = p.parse_args()
     if not 0 <= a.late <= a.workers or (a.late and (a.delay or a.split > 1)):
@@ -117,7 +150,7 @@ def main():
     to_1, to_07, to_05, last = train(x, y, a)
     show = lambda s: "-" if s is None else str(s)
     print(f"delay {a.delay} split {a.split} late {a.late}/{a.workers} dc {a.dc} lr {a.lr} "
-          f"momentum {a.momentum} "
+          f"momentum {a.momentum} model {a.model} batch {a.batch} warmup {a.warmup} "
           f"seed {a.seed}: steps to loss 1.0 {show(to_1)}, 0.7 {show(to_07)}, "
           f"0.5 {show(to_05)}; last loss {last:.3f}")
 
