@@ -386,7 +386,9 @@ void PsPeerStrategy::copy_in(int s, const torch::Tensor& values) {
 void PsPeerStrategy::read(int64_t least, bool exact) {
   const int me = comm_->rank();
   int64_t oldest = std::numeric_limits<int64_t>::max();
+  const int64_t workers = comm_->size();
   int64_t total = 0, partial = 0, ahead = 0;
+  double missing = 0.0;  // pushes of the steps before this one not in the read, by element
   for (int s = 0; s < comm_->size(); ++s) {
     const int64_t numel = server_numel_[static_cast<size_t>(s)];
     if (numel == 0) continue;
@@ -423,11 +425,23 @@ void PsPeerStrategy::read(int64_t least, bool exact) {
     // A preview of this very step, which only the own server can hand over (the others'
     // receives of it are not posted yet): the others' pushes of the step this one computes.
     if (held >= 0 && held / per_round_ >= clock_) ahead += numel;
+    // The pushes in message `held` by the previews' rule (dist/ps/peer_server.h): preview p
+    // holds at least the round's first W - P + p. At least: pushes that arrive together share
+    // one preview, sent under several numbers, and a read that finds the first of them
+    // counts fewer than it holds.
+    int64_t pushes = 0;
+    if (held >= 0) {
+      const int64_t place = held % per_round_;
+      pushes = held / per_round_ * workers +
+               (place == per_round_ - 1 ? workers : workers - (per_round_ - 1) + place);
+    }
+    missing += static_cast<double>(numel) * static_cast<double>(clock_ * workers - pushes);
   }
   last_staleness_ = clock_ - oldest;
   max_staleness_ = std::max(max_staleness_, last_staleness_);
   last_partial_reads_ = total > 0 ? static_cast<double>(partial) / static_cast<double>(total) : 0.0;
   last_reads_ahead_ = total > 0 ? static_cast<double>(ahead) / static_cast<double>(total) : 0.0;
+  last_shares_missing_ = total > 0 ? missing / static_cast<double>(total) : 0.0;
 }
 
 void PsPeerStrategy::sync_point() {
@@ -513,6 +527,7 @@ Stats PsPeerStrategy::stats() const {
   if (previews_) {
     stats.push_back({"ps/partial_reads", last_partial_reads_});
     stats.push_back({"ps/reads_ahead", last_reads_ahead_});
+    stats.push_back({"ps/shares_missing", last_shares_missing_});
   }
   if (!last_.empty()) {
     for (Stat& stat : last_.stats()) stats.push_back(std::move(stat));

@@ -80,9 +80,13 @@ class PsPeerStrategy : public ReplicatedStrategy, private CommHook {
   // The share of the parameters the last forward read from rounds in progress.
   double last_partial_reads() const { return last_partial_reads_; }
   // The share of the parameters the last forward read from a preview of its own step's round
-  // (the others' pushes of the step it computes; a preview's pushes are not known to the
-  // reader, since pushes that arrive together share one, so no count of late shares is kept).
+  // (the others' pushes of the step it computes).
   double last_reads_ahead() const { return last_reads_ahead_; }
+  // Workers' pushes of the steps before the last forward's that it did not read, averaged
+  // over the parameters: W for a round a step late, 1 for one late share (what
+  // scripts/delayed_sgd.py --late K models); negative where it read ahead. At most that
+  // many: a read of a preview sent under several numbers at once may hold more.
+  double last_shares_missing() const { return last_shares_missing_; }
 
  private:
   struct Pull {  // a message posted for, from one server
@@ -143,7 +147,7 @@ class PsPeerStrategy : public ReplicatedStrategy, private CommHook {
   std::vector<std::pair<std::shared_ptr<const TimePoint>, std::shared_ptr<const TimePoint>>>
       waits_, last_waits_;
   int64_t last_staleness_ = 0, max_staleness_ = 0;
-  double last_partial_reads_ = 0.0, last_reads_ahead_ = 0.0;
+  double last_partial_reads_ = 0.0, last_reads_ahead_ = 0.0, last_shares_missing_ = 0.0;
   std::vector<ps::StateMessage> gathered_;  // rank 0, between prepare_checkpoint and save
 };
 

@@ -75,7 +75,7 @@ void check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest) {
   const Data data = make_data(n);
   strategy.attach(*net, factory(options));
   std::vector<torch::Tensor> params = net->parameters();
-  std::vector<torch::Tensor> reads, pushes, ahead;  // ahead: p2p's ps/reads_ahead
+  std::vector<torch::Tensor> reads, pushes, reports;  // p2p: ps/reads_ahead, ps/shares_missing
   double partial_steps = 0.0;
   for (int64_t step = 0; step < kSteps; ++step) {
     strategy.before_forward(step);
@@ -90,7 +90,8 @@ void check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest) {
     strategy.step(options.lr);
     CHECK(strategy.last_staleness() <= k);
     if constexpr (std::is_same_v<Strategy, PsPeerStrategy>) {
-      ahead.push_back(torch::full({1}, strategy.last_reads_ahead(), pushes.back().options()));
+      reports.push_back(torch::tensor({strategy.last_reads_ahead(), strategy.last_shares_missing()},
+                                    pushes.back().options()));
     }
     partial_steps += strategy.last_partial_reads() > 0.0 ? 1.0 : 0.0;
     // The others run ahead, into its rounds in progress: by more than a step of theirs on a
@@ -108,7 +109,7 @@ void check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest) {
   };
   const torch::Tensor read = gather(reads);
   const torch::Tensor pushed = gather(pushes);
-  const torch::Tensor reads_ahead = ahead.empty() ? torch::Tensor() : gather(ahead);
+  const torch::Tensor reported = reports.empty() ? torch::Tensor() : gather(reports);
   torch::Tensor seen = torch::tensor({partial_steps}, torch::kFloat64).to(device());
   world()->all_reduce(seen, dtrain::dist::ReduceOp::kSum)->wait();
   // A lone worker's rounds are whole once it pushes: none is ever in progress (one GPU).
@@ -185,9 +186,13 @@ void check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest) {
       }
       INFO("worker " << r << ", step " << t);
       CHECK(closest < kTolerance);
-      // One chunk, so one server: a read ahead is one of round t, holding pushes of step t.
-      if (reads_ahead.defined()) {
-        CHECK(reads_ahead[r][t][0].item<double>() == (pushes_read > t * n ? 1.0 : 0.0));
+      // One chunk, so one server: a read ahead is one of round t, holding pushes of step t;
+      // the pushes reported missing are at least those the read lacked (a preview sent under
+      // several numbers at once counts as the first).
+      if (reported.defined()) {
+        CHECK(reported[r][t][0].item<double>() == (pushes_read > t * n ? 1.0 : 0.0));
+        CHECK(reported[r][t][1].item<double>() >= static_cast<double>(t * n - pushes_read));
+        CHECK(reported[r][t][1].item<double>() <= static_cast<double>((k + 1) * n));
       }
     }
   }
@@ -280,6 +285,7 @@ TEST_CASE("ps over p2p: the first dist.ps.sync_steps steps read as BSP, then wit
         CHECK(strategy.last_staleness() == 0);
         CHECK(strategy.last_partial_reads() == 0.0);
         CHECK(strategy.last_reads_ahead() == 0.0);
+        CHECK(strategy.last_shares_missing() == 0.0);
       }
       CHECK(strategy.last_staleness() <= 2);
       if (world()->rank() == 1) strategy.pause(0.25);  // the others would run ahead
