@@ -426,9 +426,8 @@ void PsPeerStrategy::read(int64_t least, bool exact) {
     // receives of it are not posted yet): the others' pushes of the step this one computes.
     if (held >= 0 && held / per_round_ >= clock_) ahead += numel;
     // The pushes in message `held` by the previews' rule (dist/ps/peer_server.h): preview p
-    // holds at least the round's first W - P + p. At least: pushes that arrive together share
-    // one preview, sent under several numbers, and a read that finds the first of them
-    // counts fewer than it holds.
+    // holds the round's first W - P + p pushes or more (pushes that arrive together share one
+    // preview, sent under several numbers), so what is counted missing is an upper bound.
     int64_t pushes = 0;
     if (held >= 0) {
       const int64_t place = held % per_round_;
