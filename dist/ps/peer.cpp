@@ -87,9 +87,12 @@ PsPeerStrategy::PsPeerStrategy(PsOptions options, std::shared_ptr<Communicator> 
     shared_links_ = one_machine && (options_.p2p_links == "shared" || comm_->device().is_cuda());
   }
   if (comm_->device().is_cuda()) {
+    // Of high priority: a preview is on the path from the on-time pushes to every worker's
+    // read, and its kernels would otherwise queue for SMs behind this rank's forward and
+    // backward, whose kernels fill the GPU.
     server_stream_ =
         c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStreamFromGlobalPool(
-            comm_->device());
+            comm_->device(), /*isHighPriority=*/true);
   }
   if (comm_->device().is_cuda() && !shared_links_) {
     const int needed = 4 * (comm_->size() - 1) + 2;  // the links, compute and the server
@@ -528,6 +531,7 @@ Stats PsPeerStrategy::stats() const {
     stats.push_back({"ps/reads_ahead", last_reads_ahead_});
     stats.push_back({"ps/shares_missing", last_shares_missing_});
   }
+  if (server_ && comm_->size() > 1) stats.push_back({"ps/delivery_ms", server_->take_delivery_ms()});
   if (!last_.empty()) {
     for (Stat& stat : last_.stats()) stats.push_back(std::move(stat));
   }

@@ -81,6 +81,15 @@ int64_t PsPeerServer::newest_message() const {
   return newest_;
 }
 
+double PsPeerServer::take_delivery_ms() {
+  if (workers_ == 1) return std::numeric_limits<double>::quiet_NaN();
+  std::lock_guard<std::mutex> lock(mutex_);
+  const double mean = delivered_ > 0 ? delivered_ms_ / static_cast<double>(delivered_) : 0.0;
+  delivered_ms_ = 0.0;
+  delivered_ = 0;
+  return mean;
+}
+
 PsPeerHandoff PsPeerServer::own_message(int64_t least, int64_t most) {
   std::unique_lock<std::mutex> lock(mutex_);
   const auto deadline =
@@ -121,12 +130,12 @@ void PsPeerServer::run() {
     while (!stop_ && !finished()) {
       bool busy = take_arrivals();
       busy = advance() || busy;
-      sending_.erase(std::remove_if(sending_.begin(), sending_.end(),
-                                    [](const std::unique_ptr<Work>& work) { return work->test(); }),
-                     sending_.end());
+      retire_deliveries();
       if (!busy) std::this_thread::sleep_for(stream_ ? kIdleGpu : kIdleCpu);
     }
-    for (const auto& work : sending_) work->wait();
+    for (const Delivery& delivery : sending_) {
+      for (const auto& work : delivery.sends) work->wait();
+    }
     sending_.clear();
   } catch (...) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -198,6 +207,7 @@ bool PsPeerServer::take_arrivals() {
     Round& round = rounds_[in.step];
     round.in.resize(static_cast<size_t>(workers_), false);
     round.in[static_cast<size_t>(w)] = true;
+    round.last_in = Clock::now();
     round.lr = lr;
     post_receives(w, in.step + 1);
   }
@@ -214,6 +224,7 @@ bool PsPeerServer::take_arrivals() {
     Round& round = rounds_[push.index];
     round.in.resize(static_cast<size_t>(workers_), false);
     round.in[static_cast<size_t>(me_)] = true;
+    round.last_in = Clock::now();
     round.lr = push.lr;
     own_pushes_taken_[push.index] = std::move(push);
   }
@@ -235,9 +246,9 @@ bool PsPeerServer::advance() {
       const torch::Tensor values = shard_.params().clone();  // the next round steps in place
       // Previews not sent yet carry the whole round: every worker's receives are posted.
       for (; round.previewed < previews_; ++round.previewed) {
-        send(t * per_round() + round.previewed, values);
+        send(t * per_round() + round.previewed, values, round.last_in);
       }
-      send((t + 1) * per_round() - 1, values);
+      send((t + 1) * per_round() - 1, values, round.last_in);
       own_pushes_taken_.erase(t);
       rounds_.erase(it);
       ++applied_;
@@ -257,7 +268,7 @@ bool PsPeerServer::advance() {
       const torch::Tensor values = shard_.preview(round.lr);
       // Pushes that came together share one preview.
       for (; due(); ++round.previewed) {
-        send(t * per_round() + round.previewed, values);
+        send(t * per_round() + round.previewed, values, round.last_in);
       }
       any = true;
     }
@@ -286,19 +297,43 @@ void PsPeerServer::average(int64_t t, const std::vector<int>& workers) {
   grads.div_(static_cast<double>(workers_));
 }
 
-void PsPeerServer::send(int64_t index, const torch::Tensor& values) {
+void PsPeerServer::send(int64_t index, const torch::Tensor& values, Clock::time_point since) {
+  Delivery delivery{{}, since};
   for (int w = 0; w < workers_; ++w) {
     if (w == me_) continue;
     const PsPeerLinks& link = links_[static_cast<size_t>(w)];
-    sending_.push_back(link.pull_out->send(values, link.peer, kTag));
-    sending_.back()->test();  // launches it
+    delivery.sends.push_back(link.pull_out->send(values, link.peer, kTag));
+    delivery.sends.back()->test();  // launches it
   }
+  if (!delivery.sends.empty()) sending_.push_back(std::move(delivery));
   PsPeerHandoff message{index, values, nullptr, 0.0};
   if (stream_) {
     message.ready = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
     message.ready->record(*stream_);
   }
   unpublished_.push_back(std::move(message));
+}
+
+void PsPeerServer::retire_deliveries() {
+  double ms = 0.0;
+  int64_t retired = 0;
+  for (auto it = sending_.begin(); it != sending_.end();) {
+    auto& sends = it->sends;
+    sends.erase(std::remove_if(sends.begin(), sends.end(),
+                               [](const std::unique_ptr<Work>& work) { return work->test(); }),
+                sends.end());
+    if (!sends.empty()) {
+      ++it;
+      continue;
+    }
+    ms += std::chrono::duration<double, std::milli>(Clock::now() - it->since).count();
+    ++retired;
+    it = sending_.erase(it);
+  }
+  if (retired == 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  delivered_ms_ += ms;
+  delivered_ += retired;
 }
 
 void PsPeerServer::publish() {

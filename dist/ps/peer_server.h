@@ -34,6 +34,7 @@
 #include <c10/core/Stream.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -83,15 +84,26 @@ class PsPeerServer {
                             int64_t most = std::numeric_limits<int64_t>::max());
   // The newest message sent so far (-1: none).
   int64_t newest_message() const;
+  // The mean time from the push that completed a message (a preview or a round) to that
+  // message delivered to every peer worker, over the messages delivered since the last call
+  // (0: none); NaN where it has none to deliver (a single worker). What a read that waits for
+  // a round in progress waits for beyond the pushes themselves.
+  double take_delivery_ms();
   // Every worker has finished, every message sent has been received: the thread ends.
   void join();
 
  private:
+  using Clock = std::chrono::steady_clock;
   struct Round {
     std::vector<bool> in;  // per worker: its push has arrived
+    Clock::time_point last_in;  // when the thread took the newest of them
     double lr = 0.0;
     int64_t previewed = 0;  // previews sent
     int count() const;
+  };
+  struct Delivery {  // a message on its way to the peer workers
+    std::vector<std::unique_ptr<Work>> sends;
+    Clock::time_point since;  // its round's newest push taken
   };
   struct Incoming {  // a peer worker's step being received
     int64_t step = 0;
@@ -108,9 +120,11 @@ class PsPeerServer {
   bool advance();
   // shard.grads() = the sum of `workers`' pushes of round `t` over every worker.
   void average(int64_t t, const std::vector<int>& workers);
-  // Message `index` (`values`, laid out as the shard's parameters) to every worker; to the own
-  // worker at the next publish().
-  void send(int64_t index, const torch::Tensor& values);
+  // Message `index` (`values`, laid out as the shard's parameters) of a round whose newest
+  // push was taken at `since` to every worker; to the own worker at the next publish().
+  void send(int64_t index, const torch::Tensor& values, Clock::time_point since);
+  // Drops the deliveries complete, their times into the stats.
+  void retire_deliveries();
   void publish();
   torch::Tensor& grad_slot(int worker, int64_t t);
   bool finished() const;
@@ -131,7 +145,7 @@ class PsPeerServer {
   std::vector<bool> done_;                              // [worker]: finished
   std::map<int64_t, Round> rounds_;  // rounds with pushes, not yet applied
   int64_t applied_ = 0;
-  std::vector<std::unique_ptr<Work>> sending_;
+  std::deque<Delivery> sending_;
   std::map<int64_t, PsPeerHandoff> own_pushes_taken_;  // by step, until applied
   std::vector<PsPeerHandoff> unpublished_;  // messages of this pass, for the own worker
 
@@ -140,6 +154,8 @@ class PsPeerServer {
   std::deque<PsPeerHandoff> own_pushes_;    // handed over, not yet taken
   std::deque<PsPeerHandoff> own_messages_;  // the newest few
   int64_t newest_ = -1;
+  double delivered_ms_ = 0.0;  // since the last take_delivery_ms()
+  int64_t delivered_ = 0;
   std::exception_ptr error_;
 
   std::atomic<bool> stop_{false};
