@@ -74,6 +74,10 @@ class PsShard {
 
  private:
   void install_norm_reducers();
+  // preview(): the optimizer's momentum buffers into momentum_, laid out as params_ (made,
+  // with the list of buffers, at the first call that finds them); false where there are none
+  // yet.
+  bool gather_momentum() const;
 
   const PsPlan& plan_;
   int index_ = 0;
@@ -93,6 +97,12 @@ class PsShard {
   // shard's device (made once: a host-to-device copy per step would wait for the device).
   std::map<std::pair<const void*, size_t>, torch::Tensor> tensor_index_;
   int64_t version_ = 0;
+  // preview()'s scratch, made at its first call: each element's weight decay (whether any is
+  // not zero), the momentum buffers gathered, and the buffers with their places there.
+  mutable torch::Tensor decay_;
+  mutable bool decays_ = false;
+  mutable torch::Tensor momentum_;
+  mutable std::vector<torch::Tensor> momentum_buffers_, momentum_views_;
 };
 
 }  // namespace dtrain::dist
