@@ -87,6 +87,10 @@ void PsOptions::declare(OptionSpecs& keys) {
            "ssp_reads = \"partial\" over p2p: the previews of each round a server sends, at "
            "its last `previews` pushes but the final one (0: at every push, workers - 1)")
       .range(0, 4096);
+  keys.add("preview_fill", &preview_fill,
+           "ssp_reads = \"partial\": what a round in progress takes for the pushes not yet in: "
+           "mean, the mean of those in; zero, nothing (the round as it stands)")
+      .one_of({"mean", "zero"});
   keys.add("link_ctas", &link_ctas,
            "p2p on GPUs: the most thread blocks (SMs) one NCCL kernel of the links takes (0: "
            "NCCL's choice); a receive posted a step ahead spins in every block it holds")
@@ -346,7 +350,8 @@ FieldErrors DistOptions::unused_keys() const {
       warnings.push_back({key, fmt::format("has no effect under dist.zero.stage = {}",
                                            zero.stage)});
     } else if ((key == "ps.staleness" || key == "ps.ssp_reads" || key == "ps.predict_weights" ||
-                key == "ps.partial_wait" || key == "ps.previews" || key == "ps.sync_steps") &&
+                key == "ps.partial_wait" || key == "ps.previews" || key == "ps.sync_steps" ||
+                key == "ps.preview_fill") &&
                ps.consistency != "ssp") {
       warnings.push_back({key, fmt::format("has no effect under dist.ps.consistency = \"{}\"",
                                            ps.consistency)});

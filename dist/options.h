@@ -108,6 +108,13 @@ struct PsOptions {
   // is the whole shard to every worker: 1, the one at all pushes but one, sends half the
   // bytes of a round at 4 workers where a read rarely finds an earlier preview useful.
   int64_t previews = 0;
+  // ssp_reads = "partial": what a round in progress takes for the pushes not yet in. "mean":
+  // the mean of those in (their sum over their count), "zero": nothing (their sum over all
+  // the workers, the round as it stands). A read then lacks the late shares' difference from
+  // the others' mean, not the shares themselves: simulated on a ResNet with BatchNorm, two
+  // late shares of four cost 1.17x BSP's steps to a loss so, against 1.35x
+  // (docs/PERFORMANCE.md). The round itself always averages every worker's push.
+  std::string preview_fill = "mean";
   // p2p on GPUs: the most thread blocks (so SMs) one NCCL kernel of the links takes (0:
   // NCCL's choice, up to one per channel of the pair). Each rank keeps a receive posted from
   // every peer's worker and every peer's server a step ahead, which spins in all its blocks

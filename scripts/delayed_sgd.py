@@ -13,12 +13,15 @@ so that only the delay differs between runs (docs/PERFORMANCE.md, "What a delay 
                    straggler's: K = N is a whole round's delay);
   --dc LAMBDA      DC-ASGD's correction g + lambda' g*g*(w_now - w_read), lambda' = LAMBDA /
                    sqrt(mean square of g) (Zheng et al. 2017, the adaptive variant).
+  --fill mean      with --late: the read takes the on-time shares' mean where the late ones
+                   would be (their sum scaled by N / (N - K)) instead of counting them as
+                   zero (--fill zero), as dist.ps.preview_fill does.
   --model resnet   a small ResNet with BatchNorm (three stages of one basic block, 16-64
                    channels) instead of SimpleCNN: each worker's share normalised alone, as
                    on the workers; --warmup S ramps the lr linearly over the first S steps.
 Prints the steps (of the whole batch) to training losses 1.0, 0.7 and 0.5 (a 10-step
 moving average) and the last loss. SimpleCNN as in models/, torch on the CPU, one thread.
-  usage: delayed_sgd.py [--delay D] [--split N] [--late K --workers N] [--dc L] [--lr LR]
+  usage: delayed_sgd.py [--delay D] [--split N] [--late K --workers N [--fill F]] [--dc L] [--lr LR]
                         [--momentum M] [--model simple|resnet] [--warmup S] ...
 """
 import argparse
@@ -110,6 +113,12 @@ def train(x, y, a):
                 loss += part.detach()
                 if worker == a.late - 1:
                     late = [lr * p.grad.clone() for p in params]
+            if a.late and a.fill == "mean":
+                # The read's step is the on-time shares' mean, W / (W - K) times their sum,
+                # where the server's counts the late ones as zero: the read lacks
+                # lr (g - W / (W - K) (g - g_late)).
+                scale = a.workers / (a.workers - a.late)
+                late = [lr * p.grad - scale * (lr * p.grad - m) for p, m in zip(params, late)]
         losses.append(float(loss))
         with torch.no_grad():
             for i, p in enumerate(params):
@@ -141,16 +150,20 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", choices=["simple", "resnet"], default="simple")
     p.add_argument("--warmup", type=int, default=0)
+    p.add_argument("--fill", choices=["zero", "mean"], default="zero")
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     a = p.parse_args()
     if not 0 <= a.late <= a.workers or (a.late and (a.delay or a.split > 1)):
         sys.exit("delayed_sgd.py: --late takes 0 to --workers, without --delay or --split")
+    if a.fill == "mean" and not 0 < a.late < a.workers:
+        sys.exit("delayed_sgd.py: --fill mean takes --late 1 to --workers - 1")
     torch.set_num_threads(1)
     x, y = load_fashion_mnist(a.data)
     to_1, to_07, to_05, last = train(x, y, a)
     show = lambda s: "-" if s is None else str(s)
     print(f"delay {a.delay} split {a.split} late {a.late}/{a.workers} dc {a.dc} lr {a.lr} "
           f"momentum {a.momentum} model {a.model} batch {a.batch} warmup {a.warmup} "
+          f"fill {a.fill} "
           f"seed {a.seed}: steps to loss 1.0 {show(to_1)}, 0.7 {show(to_07)}, "
           f"0.5 {show(to_05)}; last loss {last:.3f}")
 

@@ -11,7 +11,8 @@
 #                                  (dist.ps.p2p_links), ctasN (dist.ps.link_ctas),
 #                                  previewsN (dist.ps.previews), waitP (dist.ps.partial_wait
 #                                  = P / 100: wait15 waits up to 15% of the last step),
-#                                  syncN (dist.ps.sync_steps: the first N steps read as bsp):
+#                                  syncN (dist.ps.sync_steps: the first N steps read as bsp),
+#                                  fillmean or fillzero (dist.ps.preview_fill):
 #                                  "ps ps:ssp2 ps:async ps:bsp+dedicated1 ps:bsp+messages";
 #                                  a ZeRO stage is zero:stageN ("zero:stage2"); DDP's
 #                                  gradients in a dtype of dist.ddp.reduce_dtype: ddp:param
@@ -68,6 +69,7 @@ strategy_sets() {
       previews[0-9]*) variant+=(--set dist.ps.previews="${option#previews}") ;;
       wait[0-9]*) variant+=(--set dist.ps.partial_wait="$(awk "BEGIN { print ${option#wait} / 100 }")") ;;
       sync[0-9]*) variant+=(--set dist.ps.sync_steps="${option#sync}") ;;
+      fillmean | fillzero) variant+=(--set dist.ps.preview_fill="${option#fill}") ;;
       ssp[0-9]*) variant+=(--set dist.ps.consistency=ssp --set dist.ps.staleness="${option#ssp}") ;;
       stage[0-9]*) variant+=(--set dist.zero.stage="${option#stage}") ;;
       param | bf16) variant+=(--set dist.ddp.reduce_dtype="$option") ;;

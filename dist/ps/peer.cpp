@@ -197,7 +197,8 @@ void PsPeerStrategy::attach(torch::nn::Module& model, const OptimizerFactory& ma
   }
   if (shard_->numel() > 0) {
     server_ = std::make_unique<PsPeerServer>(me, links_, *shard_, staleness_, per_round_ - 1,
-                                             timeout_s_, server_stream_);
+                                             options_.preview_fill == "mean", timeout_s_,
+                                             server_stream_);
   }
   buffer_sync_ = std::make_unique<BufferSync>(buffers_, comm_, BufferPolicy::kAverage);
 }

@@ -29,14 +29,15 @@ int PsPeerServer::Round::count() const {
 }
 
 PsPeerServer::PsPeerServer(int me, std::vector<PsPeerLinks> links, PsShard& shard,
-                           int64_t staleness, int64_t previews, double timeout_s,
-                           std::optional<c10::Stream> stream)
+                           int64_t staleness, int64_t previews, bool fill_with_mean,
+                           double timeout_s, std::optional<c10::Stream> stream)
     : me_(me),
       workers_(static_cast<int>(links.size())),
       links_(std::move(links)),
       shard_(shard),
       slots_(staleness + 2),
       previews_(previews),
+      fill_with_mean_(fill_with_mean),
       timeout_s_(timeout_s),
       stream_(stream) {
   if (stream_) {
@@ -241,7 +242,7 @@ bool PsPeerServer::advance() {
     if (in == workers_) {
       std::vector<int> all;
       for (int w = 0; w < workers_; ++w) all.push_back(w);
-      average(t, all);
+      average(t, all, static_cast<size_t>(workers_));
       shard_.step(round.lr);
       const torch::Tensor values = shard_.params().clone();  // the next round steps in place
       // Previews not sent yet carry the whole round: every worker's receives are posted.
@@ -264,7 +265,7 @@ bool PsPeerServer::advance() {
       for (int w = 0; w < workers_; ++w) {
         if (round.in[static_cast<size_t>(w)]) arrived.push_back(w);
       }
-      average(t, arrived);
+      average(t, arrived, fill_with_mean_ ? arrived.size() : static_cast<size_t>(workers_));
       const torch::Tensor values = shard_.preview(round.lr);
       // Pushes that came together share one preview.
       for (; due(); ++round.previewed) {
@@ -278,7 +279,7 @@ bool PsPeerServer::advance() {
   return any;
 }
 
-void PsPeerServer::average(int64_t t, const std::vector<int>& workers) {
+void PsPeerServer::average(int64_t t, const std::vector<int>& workers, size_t divisor) {
   torch::Tensor grads = shard_.grads();
   grads.zero_();
   for (const int w : workers) {
@@ -294,7 +295,7 @@ void PsPeerServer::average(int64_t t, const std::vector<int>& workers) {
       grads.add_(grad_slot(w, t));
     }
   }
-  grads.div_(static_cast<double>(workers_));
+  grads.div_(static_cast<double>(divisor));
 }
 
 void PsPeerServer::send(int64_t index, const torch::Tensor& values, Clock::time_point since) {

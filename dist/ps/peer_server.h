@@ -8,8 +8,9 @@
 // "partial", W workers, P = dist.ps.previews, W - 1 by default) a round is P + 1 messages:
 // P previews, then the round itself (message t(P + 1) + P). Preview i (message t(P + 1) + i)
 // is the round as it would stand with the first W - P + i pushes to arrive (at P = W - 1,
-// after every push): SGD's step with the missing pushes counted as zero, the momentum term
-// whole (dist/ps/shard.h), sent as soon as they are in and round t - 1 is applied. A worker
+// after every push): SGD's step with the missing pushes taken as the mean of those in
+// (`fill_with_mean`, dist.ps.preview_fill) or as zero, the momentum term whole
+// (dist/ps/shard.h), sent as soon as they are in and round t - 1 is applied. A worker
 // thus reads a round in progress, missing only the shares of workers that are late, where it
 // would otherwise read the round before. Every message is sent to every worker, in order,
 // so a worker's receives are posted before they are needed and each matches its send:
@@ -64,7 +65,8 @@ class PsPeerServer {
   // of each round, sent at its last `previews` pushes but the final one (0: none; at most
   // workers - 1).
   PsPeerServer(int me, std::vector<PsPeerLinks> links, PsShard& shard, int64_t staleness,
-               int64_t previews, double timeout_s, std::optional<c10::Stream> stream);
+               int64_t previews, bool fill_with_mean, double timeout_s,
+               std::optional<c10::Stream> stream);
   ~PsPeerServer();
   PsPeerServer(const PsPeerServer&) = delete;
   PsPeerServer& operator=(const PsPeerServer&) = delete;
@@ -118,8 +120,8 @@ class PsPeerServer {
   double read_lr(const torch::Tensor& trailer);
   // Applies or previews round applied_ where its pushes allow; returns whether it did.
   bool advance();
-  // shard.grads() = the sum of `workers`' pushes of round `t` over every worker.
-  void average(int64_t t, const std::vector<int>& workers);
+  // shard.grads() = the sum of `workers`' pushes of round `t` over `divisor`.
+  void average(int64_t t, const std::vector<int>& workers, size_t divisor);
   // Message `index` (`values`, laid out as the shard's parameters) of a round whose newest
   // push was taken at `since` to every worker; to the own worker at the next publish().
   void send(int64_t index, const torch::Tensor& values, Clock::time_point since);
@@ -135,6 +137,7 @@ class PsPeerServer {
   PsShard& shard_;
   int64_t slots_;  // per worker: steps whose pushes may be held at once
   int64_t previews_;  // per round, at its last `previews_` pushes but the final one
+  bool fill_with_mean_;  // a preview's missing pushes: the mean of those in, or zero
   double timeout_s_;
   std::optional<c10::Stream> stream_;
   std::optional<c10::Stream> lr_stream_;  // GPUs: reads the trailers without queueing

@@ -161,6 +161,7 @@ PsStrategy::PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, d
     // At staleness 0 a round in progress is never due: a worker that read one (a straggler
     // finding the others' pushes of its own step) would leave BSP's steps.
     setup.partial_rounds = options_.partial_reads() && options_.staleness > 0;
+    setup.fill_with_mean = options_.preview_fill == "mean";
     for (int s = 0; s < num_servers_; ++s) setup.server_ranks.push_back(server_rank(s));
     server_setup_ = std::move(setup);
   }

@@ -200,7 +200,7 @@ void PsServer::poll() {
                  sending_.end());
 }
 
-void PsServer::average_pushes(const std::vector<size_t>& workers) {
+void PsServer::average_pushes(const std::vector<size_t>& workers, size_t divisor) {
   // Summed in worker order: the same bits whatever the arrival order.
   const std::vector<int64_t>& held = shard_.chunk_ids();
   for (size_t local = 0; local < held.size(); ++local) {
@@ -208,7 +208,7 @@ void PsServer::average_pushes(const std::vector<size_t>& workers) {
     sum.copy_(pushed_[workers.front()][local].front());
     for (size_t i = 1; i < workers.size(); ++i) sum.add_(pushed_[workers[i]][local].front());
   }
-  shard_.grads().div_(static_cast<double>(s_.num_workers));
+  shard_.grads().div_(static_cast<double>(divisor));
 }
 
 std::vector<size_t> PsServer::all_workers() const {
@@ -219,7 +219,7 @@ std::vector<size_t> PsServer::all_workers() const {
 
 void PsServer::apply_round() {
   const std::vector<size_t> all = all_workers();
-  average_pushes(all);
+  average_pushes(all, static_cast<size_t>(s_.num_workers));
   for (auto& queues : pushed_) {
     for (size_t local = 0; local < queues.size(); ++local) {
       free_buffers_[local].push_back(std::move(queues[local].front()));
@@ -240,7 +240,8 @@ void PsServer::send_partial_round() {
   }
   const size_t workers = s_.worker_ranks.size();
   if (workers < 2 || pushed.size() + 1 != workers) return;
-  average_pushes(pushed);  // the pushes stay queued for the round
+  // The pushes stay queued for the round.
+  average_pushes(pushed, s_.fill_with_mean ? pushed.size() : static_cast<size_t>(s_.num_workers));
   const torch::Tensor preview = shard_.preview(step_lr_[pushed.front()].front());
   partial_sent_ = true;
   send_chunks(all_workers(), preview, /*partial=*/true);

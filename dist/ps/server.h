@@ -69,8 +69,10 @@ struct PsServerSetup {
   // arrival into the dense gradient a push otherwise is.
   bool encoded_pushes = false;
   // ssp_reads = "partial" (ssp, SGD): rounds in progress are sent once all workers but one
-  // have pushed them.
+  // have pushed them, the missing push taken as the others' mean (dist.ps.preview_fill =
+  // "mean") or as zero.
   bool partial_rounds = false;
+  bool fill_with_mean = true;
 };
 
 class PsServer {
@@ -129,9 +131,9 @@ class PsServer {
   void drop_worker(size_t w);
   void send(torch::Tensor message, int to, int tag);
   bool push_complete(size_t worker) const;
-  // grads() = the sum of `workers`' oldest pushes (in that order) over num_workers; the
-  // pushes stay queued.
-  void average_pushes(const std::vector<size_t>& workers);
+  // grads() = the sum of `workers`' oldest pushes (in that order) over `divisor`; the pushes
+  // stay queued.
+  void average_pushes(const std::vector<size_t>& workers, size_t divisor);
   std::vector<size_t> all_workers() const;  // 0 .. workers - 1
   void apply_round();
   // With partial_rounds: the round in progress, once all workers but one have pushed it.

@@ -65,10 +65,12 @@ PsOptions p2p_options(const std::string& consistency, int64_t staleness, int64_t
 
 // Trains with `strategy` (partial reads at staleness k, rank 1 slowed) and checks every read
 // against the rounds one process applies: a whole round, or one with some workers' pushes.
-// `fewest`: the fewest pushes a round in progress is sent with.
+// `fewest`: the fewest pushes a round in progress is sent with; `fill_with_mean`: whether it
+// takes the mean of those in for the others (dist.ps.preview_fill), or zero.
 // `net` from make_net(), made before `strategy`, which holds hooks in it until it goes.
 template <class Strategy>
-void check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest) {
+void check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest,
+                         bool fill_with_mean) {
   const auto options = optimizer_options("sgd");
   const int n = world()->size();
   const int rank = world()->rank();
@@ -157,9 +159,10 @@ void check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest) {
     for (int r = 0; r < n; ++r) {
       if (in & (1 << r)) sum += pushed[r][v];
     }
+    const int count = __builtin_popcount(static_cast<unsigned>(in));
     std::vector<torch::Tensor> grads;
     for (const torch::Tensor& param : copy_params) grads.push_back(torch::zeros_like(param));
-    unflatten(sum / static_cast<double>(n), grads);
+    unflatten(sum / static_cast<double>(fill_with_mean ? count : n), grads);
     for (size_t i = 0; i < copy_params.size(); ++i) copy_params[i].mutable_grad() = grads[i];
     stepper->step();
     return flat(copy_params);
@@ -238,27 +241,35 @@ TEST_CASE("ps shard: a preview is the step SGD would take, and changes nothing",
 TEST_CASE("ps SSP with partial reads: each read is a version within k or a round in progress",
           "[dist][ps]") {
   const int64_t k = GENERATE(1, 2);
-  INFO("k = " << k);
+  const std::string fill = GENERATE("mean", "zero");
+  INFO("k = " << k << ", dist.ps.preview_fill = " << fill);
   Net net = make_net();
-  PsStrategy strategy(partial_options(k), world(), 60.0);
-  check_partial_reads(net, strategy, k, world()->size() - 1);  // once all workers but one are in
+  PsOptions ps = partial_options(k);
+  ps.preview_fill = fill;
+  PsStrategy strategy(ps, world(), 60.0);
+  // Once all workers but one are in.
+  check_partial_reads(net, strategy, k, world()->size() - 1, fill == "mean");
 }
 
 TEST_CASE("ps over p2p, partial reads: each read is a version within k or a round in progress",
           "[dist][ps]") {
   const int64_t k = GENERATE(1, 2);
-  // 0: a preview at every push; 1: only at all pushes but one.
+  // 0: a preview at every push; 1: only at all pushes but one. Each with one fill (a divisor
+  // of the pushes in, whichever previews go out): the mean at every push, zero at one.
   const int64_t previews = GENERATE(0, 1);
-  INFO("k = " << k << ", dist.ps.previews = " << previews);
+  const std::string fill = previews == 0 ? "mean" : "zero";
+  INFO("k = " << k << ", dist.ps.previews = " << previews << ", preview_fill = " << fill);
   Net net = make_net();
   PsOptions ps = p2p_options("ssp", k);
   ps.previews = previews;
+  ps.preview_fill = fill;
   // A read waits up to a whole step for the round just pushed with all pushes but one in:
   // with one preview a round, the others' pushes must come first, and under load they may
   // trail the reader's by more than the default's share of a step.
   ps.partial_wait = 1.0;
   PsPeerStrategy strategy(ps, world(), 60.0);
-  check_partial_reads(net, strategy, k, previews == 0 ? 1 : world()->size() - 1);
+  check_partial_reads(net, strategy, k, previews == 0 ? 1 : world()->size() - 1,
+                      fill == "mean");
 }
 
 TEST_CASE("ps SSP(0) with partial reads is BSP, bit for bit", "[dist][ps]") {
