@@ -532,7 +532,9 @@ Stats PsPeerStrategy::stats() const {
     stats.push_back({"ps/reads_ahead", last_reads_ahead_});
     stats.push_back({"ps/shares_missing", last_shares_missing_});
   }
-  if (server_ && comm_->size() > 1) stats.push_back({"ps/delivery_ms", server_->take_delivery_ms()});
+  if (server_ && comm_->size() > 1) {
+    stats.push_back({"ps/delivery_ms", server_->take_delivery_ms()});
+  }
   if (!last_.empty()) {
     for (Stat& stat : last_.stats()) stats.push_back(std::move(stat));
   }

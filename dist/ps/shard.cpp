@@ -158,7 +158,8 @@ torch::Tensor PsShard::preview(double lr) const {
   if (!decay_.defined()) {
     decay_ = torch::zeros_like(params_);
     for (const torch::optim::OptimizerParamGroup& group : optimizer_->param_groups()) {
-      const double decay = static_cast<const torch::optim::SGDOptions&>(group.options()).weight_decay();
+      const double decay =
+          static_cast<const torch::optim::SGDOptions&>(group.options()).weight_decay();
       if (decay == 0.0) continue;
       decays_ = true;
       for (const torch::Tensor& piece : group.params()) {
@@ -170,9 +171,9 @@ torch::Tensor PsShard::preview(double lr) const {
   const torch::Tensor d = decays_ ? grads_.addcmul(decay_, params_) : grads_;
   torch::Tensor step = d;
   if (options.momentum() != 0.0) {
-    const torch::Tensor buffer = gather_momentum()
-                                     ? momentum_.mul_(options.momentum()).add_(d, 1 - options.dampening())
-                                     : d;
+    const torch::Tensor buffer =
+        gather_momentum() ? momentum_.mul_(options.momentum()).add_(d, 1 - options.dampening())
+                          : d;
     step = options.nesterov() ? d.add(buffer, options.momentum()) : buffer;
   }
   return params_.sub(step, lr);
