@@ -25,8 +25,9 @@
 # "ranks" counts workers (dedicated servers are started beside them).
 # Writes OUT_DIR/sweep.csv (one row per run: step time, images per second, communication,
 # bytes sent, parameters, gradients and optimizer state held by rank 0 and its peak device
-# memory; for ps the wait for parameters and the staleness) and prints a markdown table of each point's
-# median with the runs' range; scripts/plot_sweep.py draws it.
+# memory; for ps the wait for parameters and the staleness, over p2p the server's delivery
+# time and the pushes a read lacked: ps/delivery_ms, ps/shares_missing) and prints a markdown
+# table of each point's median with the runs' range; scripts/plot_sweep.py draws it.
 # Figures: averages over the logged intervals after the first (start-up and first-step
 # allocation excluded); "vs single" is the median step time over `single`'s at 1 rank.
 set -euo pipefail
@@ -49,7 +50,7 @@ while (($#)); do
 done
 cd "$(dirname "$0")/.."
 
-echo "ranks,strategy,repeat,step_ms,img_per_s,comm_ms,exposed_ms,comm_mb,optimizer_state_mb,loss,ps_wait_ms,ps_staleness,parameters_mb,gradients_mb,device_peak_mb" \
+echo "ranks,strategy,repeat,step_ms,img_per_s,comm_ms,exposed_ms,comm_mb,optimizer_state_mb,loss,ps_wait_ms,ps_staleness,parameters_mb,gradients_mb,device_peak_mb,ps_delivery_ms,ps_shares_missing" \
   >"$out/sweep.csv"
 # The --set options of strategy spec $1 (see --strategies) into $variant, and in $servers the
 # ranks it adds beside the workers.
@@ -114,7 +115,7 @@ print(",".join([sys.argv[2], sys.argv[3], sys.argv[4], mean("time/step_ms", 2),
                 f"{steps[-1]['loss/train']:.4f}" if steps else "",
                 mean("ps/wait_ms", 2), mean("ps/staleness", 2), mean("memory/parameters_mb", 3),
                 mean("memory/gradients_mb", 3),
-                peak_mb(records)]))
+                peak_mb(records), mean("ps/delivery_ms", 2), mean("ps/shares_missing", 2)]))
 PY
     done
   done
@@ -137,8 +138,8 @@ def text(value, digits):
 base = median(points.get((1, "single"), []), "step_ms")
 print("| ranks | strategy | runs | step ms | vs single | img/s | img/s range | comm ms "
       "| exposed ms | MiB sent | parameters / gradients / optimizer state MiB (rank 0) | "
-      "device peak MiB | loss | ps wait ms | staleness |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+      "device peak MiB | loss | ps wait ms | staleness | delivery ms | shares missing |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for (ranks, strategy), runs in sorted(points.items()):
     step = median(runs, "step_ms")
     ratio = f"{step / base:.2f}" if base and step else "-"
@@ -149,5 +150,6 @@ for (ranks, strategy), runs in sorted(points.items()):
           f"{runs[0]['gradients_mb'] or '-'} / {runs[0]['optimizer_state_mb']} | "
           f"{runs[0]['device_peak_mb'] or '-'} | "
           f"{runs[0]['loss']} | {text(median(runs, 'ps_wait_ms'), 2)} | "
-          f"{text(median(runs, 'ps_staleness'), 2)} |")
+          f"{text(median(runs, 'ps_staleness'), 2)} | {text(median(runs, 'ps_delivery_ms'), 2)} | "
+          f"{text(median(runs, 'ps_shares_missing'), 2)} |")
 PY
