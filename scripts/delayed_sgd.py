@@ -21,8 +21,8 @@ so that only the delay differs between runs (docs/PERFORMANCE.md, "What a delay 
                    on the workers; --warmup S ramps the lr linearly over the first S steps.
 Prints the steps (of the whole batch) to training losses 1.0, 0.7 and 0.5 (a 10-step
 moving average) and the last loss. SimpleCNN as in models/, torch on the CPU, one thread.
-  usage: delayed_sgd.py [--delay D] [--split N] [--late K --workers N [--fill F]] [--dc L] [--lr LR]
-                        [--momentum M] [--model simple|resnet] [--warmup S] ...
+  usage: delayed_sgd.py [--delay D] [--split N] [--late K --workers N [--fill F]] [--dc L]
+                        [--lr LR] [--momentum M] [--model simple|resnet] [--warmup S] ...
 """
 import argparse
 import gzip

@@ -148,18 +148,15 @@ torch::Tensor PsShard::preview(double lr) const {
   // and operation cost 2-6 ms of host time on a ResNet-50's shards (2 x H200).
   const auto& options =
       static_cast<const torch::optim::SGDOptions&>(optimizer_->param_groups().front().options());
-  for (const torch::optim::OptimizerParamGroup& group : optimizer_->param_groups()) {
-    const auto& other = static_cast<const torch::optim::SGDOptions&>(group.options());
-    DTRAIN_CHECK(other.momentum() == options.momentum() &&
-                     other.dampening() == options.dampening() &&
-                     other.nesterov() == options.nesterov(),
-                 "ps server {}: SGD's groups differ in more than weight decay", index_);
-  }
-  if (!decay_.defined()) {
+  if (!decay_.defined()) {  // the first preview: the groups' options are fixed from then on
     decay_ = torch::zeros_like(params_);
     for (const torch::optim::OptimizerParamGroup& group : optimizer_->param_groups()) {
-      const double decay =
-          static_cast<const torch::optim::SGDOptions&>(group.options()).weight_decay();
+      const auto& other = static_cast<const torch::optim::SGDOptions&>(group.options());
+      DTRAIN_CHECK(other.momentum() == options.momentum() &&
+                       other.dampening() == options.dampening() &&
+                       other.nesterov() == options.nesterov(),
+                   "ps server {}: SGD's groups differ in more than weight decay", index_);
+      const double decay = other.weight_decay();
       if (decay == 0.0) continue;
       decays_ = true;
       for (const torch::Tensor& piece : group.params()) {
