@@ -108,11 +108,12 @@ MemoryPrediction ps(const PsOptions& options, const ModelStateInput& input, int 
     return prediction;
   }
   const int64_t element_size = static_cast<int64_t>(input.params.front().element_size());
-  const int64_t chunk_numel =
-      std::max<int64_t>(1, static_cast<int64_t>(options.chunk_mb * kMiB) / element_size);
+  prediction.problem =
+      ps_chunking_problem(numels_of(input.params), element_size, options.chunk_mb);
+  if (!prediction.problem.empty()) return prediction;
   // Async servers keep tensors whole (ps.cpp); the collective transport serves bsp and ssp
   // only, where the plan is the same.
-  const PsPlan plan = make_ps_plan(numels_of(input.params), servers, chunk_numel,
+  const PsPlan plan = make_ps_plan(input.params, servers, options.chunk_mb,
                                    options.consistency == "async");
   const std::vector<int64_t> served = plan.server_numel();
   const int64_t model = bytes_of(input.params);

@@ -60,7 +60,9 @@ void PsOptions::declare(OptionSpecs& keys) {
            "any device")
       .one_of({"colocated", "dedicated"});
   keys.add("servers", &servers, "server ranks under placement = \"dedicated\"").range(1, 4096);
-  keys.add("chunk_mb", &chunk_mb, "MiB of parameters per chunk, the unit of placement")
+  keys.add("chunk_mb", &chunk_mb,
+           "MiB of parameters per chunk, the unit of placement (a model in at most 4096 "
+           "chunks)")
       .range(1e-6, 4096.0);
   keys.add("consistency", &consistency,
            "bsp: each step reads the last step's updates; ssp: at most `staleness` steps "

@@ -16,6 +16,7 @@ namespace {
 // tensors in 16-byte vectors and faults on a weight that starts 8 bytes off, and vectorized
 // kernels in general take the slow path on unaligned tensors.
 constexpr int64_t kAlignedNumel = 16;
+constexpr double kMiB = 1024.0 * 1024.0;
 
 // Lays out `params` (in the bucket's order) with the sizes that keep alignment first; a
 // bucket is ready once all its tensors are, whatever their order in it.
@@ -48,6 +49,15 @@ Layout bucket_layout(const std::vector<int64_t>& numels, int64_t chunk_numel) {
   }
   if (!params.empty()) layout.push_back(aligned_bucket(std::move(params), numels));
   return layout;
+}
+
+// The chunks make_ps_plan cuts from `numels` at `chunk_numel` elements a chunk.
+int64_t chunk_count(const std::vector<int64_t>& numels, int64_t chunk_numel) {
+  int64_t count = 0;
+  for (const BucketLayout& bucket : bucket_layout(numels, chunk_numel)) {
+    count += (bucket.numel + chunk_numel - 1) / chunk_numel;
+  }
+  return count;
 }
 
 // Placement units: single chunks, or with `keep_tensors_whole` runs of chunks that continue
@@ -192,14 +202,33 @@ std::string PsPlan::summary(const std::vector<std::string>& names, int64_t eleme
   return described.substr(0, described.find("  chunk "));
 }
 
+int64_t ps_chunk_numel(double chunk_mb, int64_t element_size) {
+  return std::max<int64_t>(1, static_cast<int64_t>(chunk_mb * kMiB) / element_size);
+}
+
+std::string ps_chunking_problem(const std::vector<int64_t>& numels, int64_t element_size,
+                                double chunk_mb) {
+  const int64_t count = chunk_count(numels, ps_chunk_numel(chunk_mb, element_size));
+  if (count <= kMaxPsChunks) return {};
+  double enough = chunk_mb;
+  while (chunk_count(numels, ps_chunk_numel(enough, element_size)) > kMaxPsChunks) enough *= 2;
+  const int64_t total = std::accumulate(numels.begin(), numels.end(), int64_t{0});
+  return fmt::format("dist.ps.chunk_mb = {} cuts the model's {:.2f} MiB into {} chunks, more "
+                     "than the {} a plan may have (each is a message of its own per worker "
+                     "and step); set it to {} or more",
+                     chunk_mb, static_cast<double>(total * element_size) / kMiB, count,
+                     kMaxPsChunks, enough);
+}
+
 PsPlan make_ps_plan(const std::vector<torch::Tensor>& params, int servers, double chunk_mb,
                     bool keep_tensors_whole) {
   std::vector<int64_t> numels;
   for (const torch::Tensor& param : params) numels.push_back(param.numel());
   const auto element_size = static_cast<int64_t>(params.front().element_size());
-  const int64_t chunk_numel =
-      std::max<int64_t>(1, static_cast<int64_t>(chunk_mb * 1024.0 * 1024.0) / element_size);
-  return make_ps_plan(numels, servers, chunk_numel, keep_tensors_whole);
+  const std::string problem = ps_chunking_problem(numels, element_size, chunk_mb);
+  if (!problem.empty()) throw UserError(problem);
+  return make_ps_plan(numels, servers, ps_chunk_numel(chunk_mb, element_size),
+                      keep_tensors_whole);
 }
 
 size_t plan_bucket(const PsPlan& plan, const Bucket& bucket) {

@@ -18,7 +18,6 @@ namespace dtrain::dist {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr double kMiB = 1024.0 * 1024.0;
 
 Consistency consistency_of(const std::string& name) {
   if (name == "ssp") return Consistency::kSsp;
@@ -199,13 +198,10 @@ void PsStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_o
   require_one_dtype(params_, names_, "ps");
   broadcast_rank0_model();
 
-  std::vector<int64_t> numels;
-  for (const torch::Tensor& param : params_) numels.push_back(param.numel());
   const int64_t element_size = static_cast<int64_t>(params_.front().element_size());
-  const int64_t chunk_numel =
-      std::max<int64_t>(1, static_cast<int64_t>(options_.chunk_mb * kMiB) / element_size);
   // Async servers apply pushes independently: each computes its tensors' norms alone.
-  plan_ = make_ps_plan(numels, num_servers_, chunk_numel, consistency_ == Consistency::kAsync);
+  plan_ = make_ps_plan(params_, num_servers_, options_.chunk_mb,
+                       consistency_ == Consistency::kAsync);
   const std::string described = plan_.describe(names_, element_size);
   if (requests_->rank() == 0) {
     const size_t summary_end = described.find("  chunk ");
@@ -233,6 +229,8 @@ void PsStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_o
   read_version_.assign(chunks, 0);
   partial_.assign(chunks, false);
   if (compression_.enabled()) {
+    std::vector<int64_t> numels;
+    for (const torch::Tensor& param : params_) numels.push_back(param.numel());
     encoder_ = std::make_unique<ps::PushEncoder>(compression_, numels);
     pushed_bytes_.assign(plan_.layout.size(), 0);
   }

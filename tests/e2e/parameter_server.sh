@@ -9,8 +9,9 @@
 #     talks to the servers; the run finishes and says so in its plan line;
 #   - partial reads (dist.ps.ssp_reads = "partial") with a straggler: some steps read rounds
 #     in progress, within the bound;
-#   - bad input: servers that leave no worker, a misspelt placement, collectives under async,
-#     a hierarchy over collectives or under async, partial reads with AdamW;
+#   - bad input: servers that leave no worker, a misspelt placement, chunks too small for their
+#     number, collectives under async, a hierarchy over collectives or under async, partial
+#     reads with AdamW;
 #   - a stalled worker: the dedicated server names it within dist.timeout_s.
 # The accuracy of SSP(2) and async against BSP is ps_accuracy.sh's, a CTest entry of its own.
 #   usage: parameter_server.sh TRAINER SOURCE_DIR
@@ -106,6 +107,9 @@ train 2 partial_adamw --set dist.ps.ssp_reads=partial --set optim.name=adamw \
   --set optim.nesterov=false
 [ $? -eq 2 ] && grep -q 'dist.ps.ssp_reads: "partial" previews a round with SGD' \
   "$work/partial_adamw.log" || { cat "$work/partial_adamw.log"; fail "partial reads, AdamW"; }
+train 2 tiny_chunks --set dist.ps.chunk_mb=0.000001
+[ $? -eq 2 ] && grep -q 'dist.ps.chunk_mb = 1e-06 cuts the model.s 0.50 MiB into 131050 chunks' \
+  "$work/tiny_chunks.log" || { cat "$work/tiny_chunks.log"; fail "chunks of 1 byte"; }
 echo "ok: bad input ends in one line, exit 2"
 
 # A worker that stalls (rank 1, 2000x slower) under BSP: the dedicated server names it within

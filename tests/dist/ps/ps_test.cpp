@@ -71,6 +71,30 @@ TEST_CASE("ps plan: a tensor whose size is a multiple of 16 elements starts alig
   }
 }
 
+TEST_CASE("ps plan: chunks too small for their number are refused, naming a size that fits",
+          "[dist][ps]") {
+  using dtrain::dist::kMaxPsChunks;
+  const std::vector<int64_t> numels = {800, 25088, 32, 64, 10, 200000};  // 0.86 MiB of floats
+  const std::vector<torch::Tensor> params = {torch::zeros({numels[0]}), torch::zeros({numels[1]}),
+                                             torch::zeros({numels[2]}), torch::zeros({numels[3]}),
+                                             torch::zeros({numels[4]}), torch::zeros({numels[5]})};
+  CHECK(dtrain::dist::ps_chunking_problem(numels, 4, 0.1).empty());
+  CHECK(dtrain::dist::make_ps_plan(params, 2, 0.1, false).chunks.size() == 9);
+  for (const double small : {1e-6, 1e-4}) {
+    CAPTURE(small);
+    const std::string problem = dtrain::dist::ps_chunking_problem(numels, 4, small);
+    CHECK_THAT(problem, Catch::Contains(fmt::format("dist.ps.chunk_mb = {} cuts", small)) &&
+                            Catch::Contains(fmt::format("more than the {}", kMaxPsChunks)));
+    CHECK_THROWS_WITH(dtrain::dist::make_ps_plan(params, 2, small, false), problem);
+    // The size it names fits, and half of it would not.
+    const double named = std::stod(problem.substr(problem.find("set it to ") + 10));
+    CHECK(dtrain::dist::ps_chunking_problem(numels, 4, named).empty());
+    CHECK(dtrain::dist::make_ps_plan(params, 2, named, false).chunks.size() <=
+          static_cast<size_t>(kMaxPsChunks));
+    CHECK_FALSE(dtrain::dist::ps_chunking_problem(numels, 4, named / 2).empty());
+  }
+}
+
 TEST_CASE("ps BSP on N workers equals one rank on the N-times batch", "[dist][ps]") {
   const std::string name = GENERATE("sgd", "adamw", "lars", "lamb");
   // Colocated (every rank serves), and 1 to 3 dedicated servers where a worker remains; chunks
