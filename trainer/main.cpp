@@ -19,7 +19,9 @@
 #include <cstdlib>
 #include <iostream>
 #include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -101,7 +103,12 @@ int run(int argc, char** argv) {
     flags.world_size = dtrain::trainer::parse_world_size(world_size);
   }
 
-  const dtrain::trainer::Config config = dtrain::trainer::load_config(config_path, overrides);
+  std::vector<std::string> warnings;
+  const dtrain::trainer::Config config =
+      dtrain::trainer::load_config(config_path, overrides, warnings);
+  if (launched_rank() == 0) {  // every rank loads the same config: its warnings are said once
+    for (const std::string& warning : warnings) dtrain::log::warn("{}", warning);
+  }
   const dtrain::trainer::RunResult result = dtrain::trainer::run_training(config, flags);
   return result.stop_signal == 0 ? 0 : dtrain::trainer::stop_exit_code(result.stop_signal);
 }

@@ -518,6 +518,11 @@ RunResult run_training(const Config& config, const RunFlags& flags) {
   if (rank == 0) write_text(setup.run_dir + "/config.toml", to_toml(config));
 
   if (setup.strategy->role() == dist::Role::kServer) {
+    const auto& slow = config.debug.slow_ranks;
+    if (std::find(slow.begin(), slow.end(), rank) != slow.end()) {
+      log::warn("debug.slow_ranks: rank {} is a dedicated server, which takes no steps to slow",
+                rank);
+    }
     setup.strategy->serve();  // until the workers finish
     return {};
   }

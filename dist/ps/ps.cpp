@@ -499,6 +499,10 @@ void PsStrategy::before_forward(int64_t step) {
   if (is_leader_) {  // a hierarchy's other workers take their leader's in share_params()
     apply_all_params();
     for (size_t c = 0; c < plan_.chunks.size(); ++c) {
+      const int server = plan_.chunks[c].server;
+      const bool own = server_ && server_->index() == server;
+      // The server's own worker, or a dedicated server itself, names the rank the server
+      // waits for, which is often not the server's: the other workers give them the first word.
       wait_until(
           [&, c] {
             apply_params(static_cast<int64_t>(c));
@@ -506,10 +510,13 @@ void PsStrategy::before_forward(int64_t step) {
                                                        : version_[c] >= required;
           },
           [&, c] {
-            return fmt::format("worker {} at step {} waited for chunk {} from server {} (rank {})",
-                               worker_index_, clock_, c, plan_.chunks[c].server,
-                               server_rank(plan_.chunks[c].server));
-          });
+            const std::string owing = own ? server_->owing_ranks() : std::string();
+            return fmt::format("worker {} at step {} waited for chunk {} from server {} (rank "
+                               "{}{})",
+                               worker_index_, clock_, c, server, server_rank(server),
+                               owing.empty() ? "" : ", without the push of worker rank(s) " + owing);
+          },
+          own ? timeout_s_ : 1.25 * timeout_s_);
     }
   }
   if (server_) {

@@ -407,10 +407,19 @@ void PsServer::serve() {
   }
 }
 
+bool PsServer::owes_push(size_t worker) const {
+  return !worker_done_[worker] && !lost_[worker] && step_lr_[worker].empty();
+}
+
+std::string PsServer::owing_ranks() const {
+  std::string ranks;
+  for (size_t w = 0; w < worker_done_.size(); ++w) {
+    if (owes_push(w)) ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", s_.worker_ranks[w]);
+  }
+  return ranks;
+}
+
 void PsServer::end_if_stuck(double waited_s) {
-  const auto owes_push = [this](size_t w) {
-    return !worker_done_[w] && !lost_[w] && step_lr_[w].empty();
-  };
   size_t missing_count = 0, live = 0;
   for (size_t w = 0; w < worker_done_.size(); ++w) {
     live += !worker_done_[w] && !lost_[w];
@@ -422,11 +431,7 @@ void PsServer::end_if_stuck(double waited_s) {
   // watchdogs name the missing rank, so the server gives them the first word.
   const bool defers = s_.tolerate_worker_loss ? s_.index != 0 : missing_count == live;
   if (waited_s <= (defers ? 2 : 1) * s_.timeout_s) return;
-  std::string missing;
-  for (size_t w = 0; w < worker_done_.size(); ++w) {
-    if (!owes_push(w)) continue;
-    missing += fmt::format("{}{}", missing.empty() ? "" : ", ", s_.worker_ranks[w]);
-  }
+  const std::string missing = owing_ranks();
   const auto silent = std::min_element(heard_.begin(), heard_.end()) - heard_.begin();
   log::error("rank {}: ps server {} waited {:.0f} s (dist.timeout_s) for the rest of a step; "
              "no complete push from worker rank(s) {}; silent longest: worker rank {} "

@@ -95,7 +95,11 @@ class PsServer {
   // Every message sent has been received.
   bool sent() const { return sending_.empty(); }
 
+  int index() const { return s_.index; }
   int64_t version() const { return shard_.version(); }
+  // The ranks of the workers that owe this server a push ("1, 3"; empty if none): with no
+  // complete push queued here, they are what the round in progress waits for.
+  std::string owing_ranks() const;
   // Elements of parameters held here.
   int64_t numel() const { return shard_.numel(); }
   double optimizer_state_mb() const { return shard_.optimizer_state_mb(); }
@@ -131,6 +135,8 @@ class PsServer {
   void drop_worker(size_t w);
   void send(torch::Tensor message, int to, int tag);
   bool push_complete(size_t worker) const;
+  // Worker `worker` has no complete push queued here, and is neither finished nor lost.
+  bool owes_push(size_t worker) const;
   // grads() = the sum of `workers`' oldest pushes (in that order) over `divisor`; the pushes
   // stay queued.
   void average_pushes(const std::vector<size_t>& workers, size_t divisor);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Bad input ends in one clear line and exit code 2: config mistakes, missing and corrupt
 # dataset files, impossible batch sizes, no --config, a run directory that holds a run, a
-# damaged checkpoint.   usage: bad_input.sh TRAINER SOURCE_DIR
+# damaged checkpoint; under mpirun each is said once, as a config warning is.
+#   usage: bad_input.sh TRAINER SOURCE_DIR
 set -uo pipefail
 trainer=$1
 tmp=$(mktemp -d)
@@ -103,6 +104,19 @@ once_under_mpirun "bad value" '"dpp" is not one of' "${cfg[@]}" --set dist.strat
 once_under_mpirun "missing dataset" 'data.path "/nonexistent/fmnist": does not exist' \
   "${cfg[@]}" --set run.name=mpirun_missing --set data.path=/nonexistent/fmnist \
   --set train.max_steps=1
+
+# A warning about the config, the same on every rank, is said once too.
+OMP_NUM_THREADS=1 "$source_dir/scripts/mpirun.sh" -np 3 --oversubscribe "$trainer" "${cfg[@]}" \
+  --set run.name=warned --set run.device=cpu --set train.max_steps=1 --set data.batch_size=8 \
+  --set model.width=4 --set dist.strategy=ddp --set dist.zero.stage=2 >"$tmp/out" 2>&1
+code=$?
+count=$(grep -c 'dist.zero.stage: has no effect under dist.strategy = "ddp"' "$tmp/out")
+if [ "$code" -ne 0 ] || [ "$count" -ne 1 ]; then
+  echo "FAIL a config warning under mpirun -np 3: exit $code, the line $count times:"; cat "$tmp/out"
+  failures=$((failures + 1))
+else
+  echo "ok   a config warning under mpirun -np 3: once"
+fi
 
 [ "$failures" -eq 0 ] && echo "bad input: all cases exit 2 with one clear line"
 exit "$failures"

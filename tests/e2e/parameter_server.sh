@@ -12,7 +12,8 @@
 #   - bad input: servers that leave no worker, a misspelt placement, chunks too small for their
 #     number, collectives under async, a hierarchy over collectives or under async, partial
 #     reads with AdamW;
-#   - a stalled worker: the dedicated server names it within dist.timeout_s.
+#   - a stalled worker: the dedicated server names it within dist.timeout_s, and so does a
+#     colocated run.
 # The accuracy of SSP(2) and async against BSP is ps_accuracy.sh's, a CTest entry of its own.
 #   usage: parameter_server.sh TRAINER SOURCE_DIR
 set -uo pipefail
@@ -123,3 +124,15 @@ grep -q "ps server 0 waited .* no complete push from worker rank(s) 1" "$work/st
   { tail "$work/stalled.log"; fail "no line names the stalled worker"; }
 [ "$took" -lt 30 ] || fail "the stalled job took $took s to end"
 echo "ok: a stalled worker is named by the server, the job ended in $took s"
+
+# The same colocated on 3 ranks: every rank serves, and rank 1's stall keeps each server's
+# round open. The line names rank 1 (the server's own worker speaks first), not a server.
+start=$(date +%s)
+train 3 stalled_colocated --set train.max_steps=30 --set data.batch_size=16 \
+  --set "debug.slow_ranks=[1]" --set debug.slow_factor=2000 --set dist.timeout_s=3 &&
+  fail "a stalled colocated worker ended in exit 0"
+took=$(($(date +%s) - start))
+grep -q "waited for chunk .* without the push of worker rank(s) 1)" "$work/stalled_colocated.log" ||
+  { tail "$work/stalled_colocated.log"; fail "no line names the stalled colocated worker"; }
+[ "$took" -lt 30 ] || fail "the stalled colocated job took $took s to end"
+echo "ok: a stalled colocated worker is named, the job ended in $took s"
