@@ -6,6 +6,7 @@
 #include "dist/comm/mpi_communicator.h"
 #include "dist/comm/mpi_types.h"
 
+#include <exception>
 #include <thread>
 
 namespace dtrain::dist {
@@ -56,7 +57,12 @@ MpiWork::MpiWork(MPI_Request request, MpiOp op, double timeout_s,
       started_(host_now()) {}
 
 MpiWork::~MpiWork() {
-  if (request_ != MPI_REQUEST_NULL) wait();
+  if (request_ == MPI_REQUEST_NULL) return;
+  // Unwinding an error: a receive posted ahead waits for a message that may never come, and
+  // its timeout would end the job under its own name before the error's is said. Cancelled,
+  // it completes at once unless its message is already arriving.
+  if (op_.receive && std::uncaught_exceptions() > 0) MPI_Cancel(&request_);
+  wait();
 }
 
 bool MpiWork::test() {
@@ -65,6 +71,12 @@ bool MpiWork::test() {
   MPI_Status status;
   DTRAIN_MPI_CHECK(MPI_Test(&request_, &done, &status));
   if (!done) return false;
+  int cancelled = 0;
+  DTRAIN_MPI_CHECK(MPI_Test_cancelled(&status, &cancelled));
+  if (cancelled) {
+    op_.held.reset();
+    return true;
+  }
   finished_ = host_now();
   if (op_.receive) source_ = status.MPI_SOURCE;
   if (op_.on_done) op_.on_done();

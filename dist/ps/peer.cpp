@@ -354,14 +354,16 @@ int64_t PsPeerStrategy::newest_arrived(int s, int64_t least) {
   std::deque<Pull>& pulls = pulls_[static_cast<size_t>(s)];
   int64_t found = newest_now(s);
   if (found < least) {
+    // Another rank's server: its own worker names whom it waits for, and speaks first.
+    const double limit_s = s == comm_->rank() ? timeout_s_ : 1.25 * timeout_s_;
     const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
     while ((found = newest_now(s)) < least) {
       if (std::chrono::steady_clock::now() > deadline) {
         throw UserError(fmt::format(
-            "ps: rank {} waited {} s (dist.timeout_s) for round {} from the server on rank {}, "
-            "which has not sent it (a worker that stopped pushing?)",
-            comm_->rank(), timeout_s_, least / per_round_, s));
+            "ps: rank {} waited {} s (dist.timeout_s = {} s) for round {} from the server on "
+            "rank {}, which has not sent it (a worker that stopped pushing?)",
+            comm_->rank(), limit_s, timeout_s_, least / per_round_, s));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }

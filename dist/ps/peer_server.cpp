@@ -106,8 +106,8 @@ PsPeerHandoff PsPeerServer::own_message(int64_t least, int64_t most) {
     if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && newest_ < least) {
       throw UserError(fmt::format(
           "ps: rank {} waited {} s (dist.timeout_s) for its own server's message {}; the "
-          "server has sent up to {} (a worker that never pushed its step?)",
-          me_, timeout_s_, least, newest_));
+          "server has sent up to {}, its round {} without the push of worker rank(s) {}",
+          me_, timeout_s_, least, newest_, owing_round_, owing_.empty() ? "none" : owing_));
     }
   }
 }
@@ -228,6 +228,14 @@ bool PsPeerServer::take_arrivals() {
     round.last_in = Clock::now();
     round.lr = push.lr;
     own_pushes_taken_[push.index] = std::move(push);
+  }
+  owing_round_ = applied_;
+  owing_.clear();
+  const auto oldest = rounds_.find(applied_);
+  for (int w = 0; w < workers_; ++w) {
+    const bool in = oldest != rounds_.end() && oldest->second.in[static_cast<size_t>(w)];
+    if (in || done_[static_cast<size_t>(w)]) continue;
+    owing_ += fmt::format("{}{}", owing_.empty() ? "" : ", ", w);
   }
   return any;
 }

@@ -156,6 +156,9 @@ class PsPeerServer {
   std::condition_variable changed_;  // a message for the own worker, or the thread's end
   std::deque<PsPeerHandoff> own_pushes_;    // handed over, not yet taken
   std::deque<PsPeerHandoff> own_messages_;  // the newest few
+  // For a timeout's line: the oldest round not applied, and the workers whose push it lacks.
+  int64_t owing_round_ = 0;
+  std::string owing_;
   int64_t newest_ = -1;
   double delivered_ms_ = 0.0;  // since the last take_delivery_ms()
   int64_t delivered_ = 0;

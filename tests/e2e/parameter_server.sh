@@ -125,14 +125,17 @@ grep -q "ps server 0 waited .* no complete push from worker rank(s) 1" "$work/st
 [ "$took" -lt 30 ] || fail "the stalled job took $took s to end"
 echo "ok: a stalled worker is named by the server, the job ended in $took s"
 
-# The same colocated on 3 ranks: every rank serves, and rank 1's stall keeps each server's
-# round open. The line names rank 1 (the server's own worker speaks first), not a server.
-start=$(date +%s)
-train 3 stalled_colocated --set train.max_steps=30 --set data.batch_size=16 \
-  --set "debug.slow_ranks=[1]" --set debug.slow_factor=2000 --set dist.timeout_s=3 &&
-  fail "a stalled colocated worker ended in exit 0"
-took=$(($(date +%s) - start))
-grep -q "waited for chunk .* without the push of worker rank(s) 1)" "$work/stalled_colocated.log" ||
-  { tail "$work/stalled_colocated.log"; fail "no line names the stalled colocated worker"; }
-[ "$took" -lt 30 ] || fail "the stalled colocated job took $took s to end"
-echo "ok: a stalled colocated worker is named, the job ended in $took s"
+# The same colocated on 3 ranks, over messages and over p2p: every rank serves, and rank 1's
+# stall keeps each server's round open. The line names rank 1 (a server's own worker speaks
+# first), not a server that waits for it.
+for transport in messages p2p; do
+  start=$(date +%s)
+  train 3 "stalled_$transport" --set dist.ps.transport=$transport --set train.max_steps=30 \
+    --set data.batch_size=16 --set "debug.slow_ranks=[1]" --set debug.slow_factor=2000 \
+    --set dist.timeout_s=3 && fail "a stalled colocated worker ($transport) ended in exit 0"
+  took=$(($(date +%s) - start))
+  grep -q "without the push of worker rank(s) 1" "$work/stalled_$transport.log" ||
+    { tail "$work/stalled_$transport.log"; fail "no line names the stalled worker ($transport)"; }
+  [ "$took" -lt 30 ] || fail "the stalled colocated job ($transport) took $took s to end"
+  echo "ok: a stalled colocated worker ($transport) is named, the job ended in $took s"
+done
