@@ -158,7 +158,7 @@ class PsPeerServer {
   std::deque<PsPeerHandoff> own_messages_;  // the newest few
   // For a timeout's line: the oldest round not applied, and the workers whose push it lacks.
   int64_t owing_round_ = 0;
-  std::string owing_;
+  std::vector<bool> owing_;  // [worker]
   int64_t newest_ = -1;
   double delivered_ms_ = 0.0;  // since the last take_delivery_ms()
   int64_t delivered_ = 0;
