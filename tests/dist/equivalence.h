@@ -100,12 +100,12 @@ inline dtrain::dist::OptimizerFactory factory(const dtrain::optim::OptimizerOpti
 }
 
 struct Data {
-  torch::Tensor x, y;  // [kSteps, world * kPerRank, ...]
+  torch::Tensor x, y;  // [steps, world * kPerRank, ...]
 };
-inline Data make_data(int64_t world_size) {
+inline Data make_data(int64_t world_size, int64_t steps = kSteps) {
   auto gen = at::detail::createCPUGenerator(1234);
-  return {at::randn({kSteps, world_size * kPerRank, kIn}, gen, torch::kFloat64).to(device()),
-          at::randint(kClasses, {kSteps, world_size * kPerRank}, gen, torch::kInt64).to(device())};
+  return {at::randn({steps, world_size * kPerRank, kIn}, gen, torch::kFloat64).to(device()),
+          at::randint(kClasses, {steps, world_size * kPerRank}, gen, torch::kInt64).to(device())};
 }
 
 // One process on each step's whole global batch. `state_bytes`, if given, receives the bytes

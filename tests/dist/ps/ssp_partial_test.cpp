@@ -63,6 +63,11 @@ PsOptions p2p_options(const std::string& consistency, int64_t staleness, int64_t
   return p2p_transport(ps);
 }
 
+// Longer than kSteps: a worker ahead reads a round in progress once it waits on the slowed
+// rank every step (its wait for a preview is a share of its last step), from about step 3 at
+// k = 1 and step 5 at k = 2; in 4 steps, on a loaded machine, none might have.
+constexpr int64_t kPartialSteps = 8;
+
 // Trains with `strategy` (partial reads at staleness k, rank 1 slowed) and checks every read
 // against the rounds one process applies: a whole round, or one with some workers' pushes.
 // `fewest`: the fewest pushes a round in progress is sent with; `fill_with_mean`: whether it
@@ -74,12 +79,12 @@ void check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest,
   const auto options = optimizer_options("sgd");
   const int n = world()->size();
   const int rank = world()->rank();
-  const Data data = make_data(n);
+  const Data data = make_data(n, kPartialSteps);
   strategy.attach(*net, factory(options));
   std::vector<torch::Tensor> params = net->parameters();
   std::vector<torch::Tensor> reads, pushes, reports;  // p2p: ps/reads_ahead, ps/shares_missing
   double partial_steps = 0.0;
-  for (int64_t step = 0; step < kSteps; ++step) {
+  for (int64_t step = 0; step < kPartialSteps; ++step) {
     strategy.before_forward(step);
     reads.push_back(flat(params).clone());
     strategy.before_backward(true);
@@ -107,7 +112,7 @@ void check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest,
     torch::Tensor local = torch::stack(mine).contiguous();
     torch::Tensor all = torch::empty({n * local.numel()}, local.options());
     world()->all_gather(local.reshape(-1), all)->wait();
-    return all.view({n, kSteps, -1});
+    return all.view({n, kPartialSteps, -1});
   };
   const torch::Tensor read = gather(reads);
   const torch::Tensor pushed = gather(pushes);
@@ -123,7 +128,7 @@ void check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest,
   auto optimizer = dtrain::optim::make_optimizer(options, ref_params);
   std::vector<torch::Tensor> versions;                  // flat, after v rounds
   std::vector<std::vector<torch::Tensor>> buffers;      // momentum buffers after v rounds
-  for (int64_t step = 0; step <= kSteps; ++step) {
+  for (int64_t step = 0; step <= kPartialSteps; ++step) {
     versions.push_back(flat(ref_params).clone());
     std::vector<torch::Tensor> these;
     for (const torch::Tensor& param : ref_params) {
@@ -132,7 +137,7 @@ void check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest,
       these.push_back(state ? state->momentum_buffer().clone() : torch::Tensor());
     }
     buffers.push_back(these);
-    if (step == kSteps) break;
+    if (step == kPartialSteps) break;
     for (size_t i = 0; i < ref_params.size(); ++i) ref_params[i].mutable_grad() = torch::Tensor();
     std::vector<torch::Tensor> grads;
     for (const torch::Tensor& param : ref_params) grads.push_back(torch::zeros_like(param));
@@ -168,7 +173,7 @@ void check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest,
     return flat(copy_params);
   };
   for (int r = 0; r < n; ++r) {
-    for (int64_t t = 0; t < kSteps; ++t) {
+    for (int64_t t = 0; t < kPartialSteps; ++t) {
       double closest = std::numeric_limits<double>::infinity();
       int64_t pushes_read = 0;  // of the closest: n per whole round, and those of a partial one
       const auto consider = [&](const torch::Tensor& candidate, int64_t holds) {
@@ -181,7 +186,7 @@ void check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest,
       for (int64_t v = std::max<int64_t>(0, t - k); v <= t; ++v) {
         consider(versions[static_cast<size_t>(v)], v * n);
         // Round t too: a straggler reads the others' pushes of its own step before it pushes.
-        for (int in = 1; in + 1 < (1 << n) && v < kSteps; ++in) {
+        for (int in = 1; in + 1 < (1 << n) && v < kPartialSteps; ++in) {
           const int count = __builtin_popcount(static_cast<unsigned>(in));
           if (count < fewest) continue;
           consider(partial_round(v, in), v * n + count);
