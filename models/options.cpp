@@ -10,7 +10,8 @@ void ModelOptions::declare(OptionSpecs& keys) {
   keys.add("name", &name,
            "architecture: simple_cnn (two convolutions), or resnet18/34/50 (torchvision layout)")
       .one_of(model_names());
-  keys.add("num_classes", &num_classes, "classes (0: the dataset's)").at_least(0);
+  keys.add("num_classes", &num_classes, "classes (0: the dataset's; else at least the dataset's)")
+      .at_least(0);
   keys.add("stem", &stem,
            "ResNet stem: imagenet (7x7/2 + max-pool), small (3x3/1), auto (small up to 64 px)")
       .one_of({"auto", "imagenet", "small"});

@@ -52,6 +52,12 @@ void warn_unused(const ModelOptions& options) {
 std::shared_ptr<Model> make_model(const ModelOptions& options, InputShape input,
                                   int64_t num_classes) {
   check_options(options);
+  // A head narrower than the labels would fail in the loss, at the first sample beyond it.
+  if (options.num_classes > 0 && options.num_classes < num_classes) {
+    throw UserError(fmt::format("model.num_classes = {} is fewer than the dataset's {} classes "
+                                "(labels 0-{}); set it to {} or more, or to 0 for the dataset's",
+                                options.num_classes, num_classes, num_classes - 1, num_classes));
+  }
   const int64_t classes = options.num_classes > 0 ? options.num_classes : num_classes;
   check_input(input, classes);
   warn_unused(options);

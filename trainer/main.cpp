@@ -13,6 +13,7 @@
 #include "trainer/version.h"
 
 #include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
 
 #include <chrono>
 #include <cstdio>
@@ -140,7 +141,9 @@ int run_reporting(int argc, char** argv) {
     return 2;
   } catch (const dtrain::UserError& e) {
     return fail(e.what(), 2);
-  } catch (const std::exception& e) {  // InternalError, std::bad_alloc, torch's errors
+  } catch (const c10::Error& e) {  // torch's: the message, not the C++ frames it carries
+    return fail(e.what_without_backtrace(), 1);
+  } catch (const std::exception& e) {  // InternalError, std::bad_alloc
     return fail(e.what(), 1);
   }
 }

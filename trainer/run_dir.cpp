@@ -54,6 +54,15 @@ void check_run_dir(const std::string& run_dir, const std::optional<std::string>&
   }
 }
 
+void create_run_dir(const std::string& run_dir) {
+  std::error_code error;
+  fs::create_directories(run_dir, error);
+  if (error || !fs::is_directory(run_dir)) {
+    throw UserError(fmt::format("run.out_dir: cannot create the run's directory {}: {}", run_dir,
+                                error ? error.message() : "a file of that name is there"));
+  }
+}
+
 ResumeFrom resume_from(const std::string& run_dir, const std::string& path) {
   if (path.empty()) return run_checkpoints(run_dir);
   if (fs::exists(fs::path(path) / "DONE")) return {{path}, false, ""};

@@ -22,6 +22,10 @@ bool holds_run(const std::string& dir);
 // PATH lies outside `run_dir` (a branch from another run's checkpoint), likewise.
 void check_run_dir(const std::string& run_dir, const std::optional<std::string>& resume);
 
+// Creates `run_dir` and the folders above it; throws UserError naming run.out_dir where it
+// cannot (a path through a file, a read-only or missing mount).
+void create_run_dir(const std::string& run_dir);
+
 // The checkpoints `--resume [PATH]` offers, in the order to try them.
 struct ResumeFrom {
   std::vector<std::string> checkpoints;  // complete checkpoint directories

@@ -512,7 +512,7 @@ RunResult run_training(const Config& config, const RunFlags& flags) {
   }
 
   const int rank = setup.world.rank;
-  std::filesystem::create_directories(setup.run_dir);
+  create_run_dir(setup.run_dir);
   log::open_file(setup.run_dir +
                  (rank == 0 ? std::string("/train.log") : fmt::format("/train.rank{}.log", rank)));
   if (rank == 0) write_text(setup.run_dir + "/config.toml", to_toml(config));

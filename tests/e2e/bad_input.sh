@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Bad input ends in one clear line and exit code 2: config mistakes, missing and corrupt
-# dataset files, impossible batch sizes, no --config, a run directory that holds a run, a
-# damaged checkpoint; under mpirun each is said once, as a config warning is.
+# dataset files, impossible batch sizes, a model head narrower than the labels, a run.out_dir
+# that cannot be made, no --config, a run directory that holds a run, a damaged checkpoint;
+# under mpirun each is said once, as a config warning is.
 #   usage: bad_input.sh TRAINER SOURCE_DIR
 set -uo pipefail
 trainer=$1
@@ -54,6 +55,13 @@ expect_failure "weight prediction over messages" "dist.ps.predict_weights = true
   --set train.max_steps=1
 expect_failure "batch larger than the dataset" "exceeds the 60000 training samples" -- \
   "${cfg[@]}" --set data.batch_size=100000 --set train.max_steps=1 --set run.device=cpu
+expect_failure "a head narrower than the labels" \
+  "model.num_classes = 5 is fewer than the dataset's 10 classes (labels 0-9)" -- \
+  "${cfg[@]}" --set model.num_classes=5 --set train.max_steps=1 --set run.device=cpu
+: >"$tmp/a_file"
+expect_failure "run.out_dir through a file" \
+  "run.out_dir: cannot create the run's directory $tmp/a_file/" -- \
+  "${cfg[@]}" --set run.out_dir="$tmp/a_file" --set train.max_steps=1 --set run.device=cpu
 command -v nvidia-smi >/dev/null || expect_failure "cuda on a machine without it" "no CUDA device is usable" -- \
   "${cfg[@]}" --set run.device=cuda --set train.max_steps=1
 # Kineto comes only with CUDA builds of LibTorch (the CPU machines have Debian's).

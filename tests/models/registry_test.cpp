@@ -50,9 +50,9 @@ TEST_CASE("SimpleCNN output shapes and size", "[models][simple_cnn]") {
 
   auto options = named("simple_cnn");
   options.width = 8;
-  options.num_classes = 7;  // overrides the dataset's 10
+  options.num_classes = 12;  // a head wider than the dataset's 10
   auto tiny = make_model(options, {3, 8, 13}, 10);
-  CHECK(tiny->forward(torch::randn({2, 3, 8, 13})).sizes() == std::vector<int64_t>{2, 7});
+  CHECK(tiny->forward(torch::randn({2, 3, 8, 13})).sizes() == std::vector<int64_t>{2, 12});
 
   SECTION("every parameter gets a gradient") {
     torch::nn::functional::cross_entropy(fmnist->forward(torch::randn({4, 1, 28, 28})),
@@ -154,4 +154,9 @@ TEST_CASE("bad inputs and class counts are user errors", "[models][registry]") {
              Catch::Matchers::Contains("channel"));
   CHECK_THAT(user_error([] { make_model(named("resnet18"), {3, 32, 32}, 0); }),
              Catch::Matchers::Contains("num_classes"));
+  auto narrow = named("simple_cnn");
+  narrow.num_classes = 5;  // labels 5-9 would be past the head
+  CHECK_THAT(user_error([&] { make_model(narrow, {1, 28, 28}, 10); }),
+             Catch::Matchers::Contains("model.num_classes = 5 is fewer than the dataset's 10") &&
+                 Catch::Matchers::Contains("set it to 10 or more"));
 }
