@@ -29,6 +29,27 @@ LrSchedule::LrSchedule(ScheduleOptions options, double peak_lr, int64_t steps_pe
   }
 }
 
+std::vector<std::string> LrSchedule::unreached() const {
+  std::vector<std::string> lines;
+  if (warmup_steps_ > total_steps_) {
+    lines.push_back(fmt::format(
+        "schedule.warmup_epochs = {} is {} steps, longer than the run's {}: the learning rate "
+        "ends at {:.3g}, never reaching optim.lr = {}",
+        options_.warmup_epochs, warmup_steps_, total_steps_,
+        lr_at(std::max<int64_t>(total_steps_ - 1, 0)), peak_lr_));
+  }
+  if (options_.decay == "step") {
+    for (const int64_t milestone : options_.milestones) {
+      if (milestone * steps_per_epoch_ < total_steps_) continue;
+      lines.push_back(fmt::format(
+          "schedule.milestones: epoch {} (step {}) is past the run's last step, {}: its decay "
+          "never applies",
+          milestone, milestone * steps_per_epoch_, total_steps_ - 1));
+    }
+  }
+  return lines;
+}
+
 double LrSchedule::lr_at(int64_t step) const {
   DTRAIN_CHECK(step >= 0, "step {} must not be negative", step);
   if (step < warmup_steps_) {

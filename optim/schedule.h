@@ -4,6 +4,8 @@
 #include "optim/options.h"
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace dtrain::optim {
 
@@ -17,6 +19,9 @@ class LrSchedule {
              int64_t total_steps);
   // The learning rate for step `step` (0-based), applied before that step's update.
   double lr_at(int64_t step) const;
+  // What of the schedule the run never reaches, a line each: a warmup longer than the run
+  // (the rate never gets to peak_lr), step-decay milestones at or past its end.
+  std::vector<std::string> unreached() const;
 
  private:
   ScheduleOptions options_;

@@ -277,6 +277,11 @@ RunSetup build_run(const Config& config) {
                                                  : config.train.epochs * setup.steps_per_epoch;
   setup.schedule = std::make_unique<optim::LrSchedule>(config.schedule, config.optim.lr,
                                                        setup.steps_per_epoch, setup.total_steps);
+  // A run cut short by train.max_steps (a smoke test) is meant to end early; one of whole
+  // epochs that never finishes its warmup or reaches a milestone is a config mistake.
+  if (setup.world.rank == 0 && config.train.max_steps == 0) {
+    for (const std::string& line : setup.schedule->unreached()) log::warn("{}", line);
+  }
   return setup;
 }
 

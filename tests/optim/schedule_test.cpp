@@ -108,6 +108,24 @@ TEST_CASE("step decay multiplies by gamma at each milestone epoch", "[optim][sch
   }
 }
 
+TEST_CASE("what a run never reaches of its schedule is said", "[optim][schedule]") {
+  auto options = schedule("step", 1.0);
+  options.milestones = {2, 10, 12};
+  CHECK(LrSchedule(options, 1.0, 10, 121).unreached().empty());  // step 120: epoch 12 begins
+  const std::vector<std::string> short_run = LrSchedule(options, 1.0, 10, 100).unreached();
+  REQUIRE(short_run.size() == 2);
+  CHECK_THAT(short_run[0], Catch::Contains("epoch 10 (step 100) is past the run's last step, 99"));
+  CHECK_THAT(short_run[1], Catch::Contains("epoch 12 (step 120)"));
+
+  // 5 epochs of 10 steps to warm up, in a run of 20: the rate ends at 0.1 + 0.9 x 19/50.
+  const std::vector<std::string> warm =
+      LrSchedule(schedule("cosine", 5.0), 1.0, 10, 20).unreached();
+  REQUIRE(warm.size() == 1);
+  CHECK_THAT(warm[0], Catch::Contains("is 50 steps, longer than the run's 20") &&
+                          Catch::Contains("ends at 0.442, never reaching optim.lr = 1"));
+  CHECK(LrSchedule(schedule("cosine", 2.0), 1.0, 10, 20).unreached().empty());
+}
+
 TEST_CASE("poly decays as (1 - t/T)^power from peak to min_lr after warmup",
           "[optim][schedule]") {
   auto options = schedule("poly", 1.0);  // 10 warmup steps
