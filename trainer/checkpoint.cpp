@@ -10,7 +10,9 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -46,7 +48,9 @@ void write_file(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
   out.close();
-  if (!out) throw UserError(fmt::format("{}: cannot write", path.string()));
+  if (!out) {
+    throw UserError(fmt::format("{}: cannot write: {}", path.string(), std::strerror(errno)));
+  }
 }
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }

@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 
 namespace dtrain::trainer {
@@ -202,7 +204,10 @@ void report_memory_plan(const Config& config, int world_size, const std::string&
                                  {"strategies", strategies}};
   std::ofstream out(json_path);
   out << report.dump(2) << '\n';
-  if (!out) throw UserError(fmt::format("--dry-run-json {}: cannot write", json_path));
+  if (!out) {
+    throw UserError(
+        fmt::format("--dry-run-json {}: cannot write: {}", json_path, std::strerror(errno)));
+  }
 }
 
 }  // namespace dtrain::trainer

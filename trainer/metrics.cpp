@@ -4,7 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 namespace dtrain::trainer {
 
@@ -95,7 +97,7 @@ void MetricsWriter::resume_at(int64_t step) {
   {
     std::ofstream out(temp, std::ios::trunc);
     out << kept_text;
-    if (!out) throw UserError(temp + ": cannot write");
+    if (!out) throw UserError(fmt::format("{}: cannot write: {}", temp, std::strerror(errno)));
   }
   if (std::rename(temp.c_str(), path_.c_str()) != 0) {
     throw UserError(fmt::format("cannot rename {} to {}", temp, path_));

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -61,7 +63,10 @@ void Timeline::write() const {
   }
   std::ofstream out(rank_file(dir_, rank_));
   out << nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
-  if (!out) throw UserError(fmt::format("{}: cannot write", rank_file(dir_, rank_)));
+  if (!out) {
+    throw UserError(
+        fmt::format("{}: cannot write: {}", rank_file(dir_, rank_), std::strerror(errno)));
+  }
 }
 
 void Timeline::merge(const std::string& dir) {
@@ -75,7 +80,9 @@ void Timeline::merge(const std::string& dir) {
   }
   std::ofstream out(dir + "/timeline.json");
   out << nlohmann::json{{"traceEvents", all}, {"displayTimeUnit", "ms"}}.dump();
-  if (!out) throw UserError(fmt::format("{}/timeline.json: cannot write", dir));
+  if (!out) {
+    throw UserError(fmt::format("{}/timeline.json: cannot write: {}", dir, std::strerror(errno)));
+  }
 }
 
 }  // namespace dtrain::trainer

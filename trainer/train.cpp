@@ -25,8 +25,10 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -465,7 +467,7 @@ class Trainer {
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
-  if (!out) throw UserError(path + ": cannot write");
+  if (!out) throw UserError(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
 }
 
 void report_end(const RunResult& result, const Config& config, const RunFlags& flags,
