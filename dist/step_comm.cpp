@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
 
 namespace dtrain::dist {
 
@@ -41,6 +42,20 @@ const char* traffic_name(Traffic traffic) {
   return "?";
 }
 
+// The time the intervals cover together. The gradient traffic after backward counts only while
+// some of it is in flight: a gap before an operation starts (the host launching it, or a
+// progress thread the OS has not yet run) is the host's time, not communication's, so the
+// exposed figure never exceeds the operations' own time.
+double covered_ms(std::vector<std::pair<double, double>> intervals) {
+  std::sort(intervals.begin(), intervals.end());
+  double covered = 0.0, reached = 0.0;
+  for (const auto& [start, end] : intervals) {
+    covered += std::max(0.0, end - std::max(start, reached));
+    reached = std::max(reached, end);
+  }
+  return covered;
+}
+
 }  // namespace
 
 void StepComm::add(Collective kind, Traffic traffic, int64_t bytes, std::unique_ptr<Work> work,
@@ -69,7 +84,8 @@ void StepComm::add_in_group(int rank, int ranks, Collective kind, Traffic traffi
 
 Stats StepComm::stats() const {
   double bytes = 0.0, sent = 0.0, received = 0.0, ms = 0.0, bulk_ms = 0.0, bus_bytes = 0.0;
-  double blocking_ms = 0.0, gradient_tail_ms = 0.0;
+  double blocking_ms = 0.0;
+  std::vector<std::pair<double, double>> gradient_tail;  // in flight after backward, from its end
   bool measured = true;
   for (const Op& op : ops_) {
     measured = measured && (op.work || op.untimed);
@@ -107,8 +123,10 @@ Stats StepComm::stats() const {
       // only after the wait did (a busy progress thread) is exposed at most whole.
       blocking_ms += std::clamp(measured_ms(*op.wait_start, *op.work->finished()), 0.0, op_ms);
     } else if (backward_end_ && op.work) {
-      gradient_tail_ms =
-          std::max(gradient_tail_ms, measured_ms(*backward_end_, *op.work->finished()));
+      const double end = measured_ms(*backward_end_, *op.work->finished());
+      if (end > 0.0)
+        gradient_tail.emplace_back(std::max(0.0, measured_ms(*backward_end_, *op.work->started())),
+                                   end);
     }
   }
   Stats stats = {{"comm/bytes", bytes},
@@ -117,7 +135,7 @@ Stats StepComm::stats() const {
                  {"comm/collectives", static_cast<double>(ops_.size())}};
   if (!measured) return stats;
   stats.push_back({"comm/ms", ms});
-  stats.push_back({"comm/exposed_ms", gradient_tail_ms + blocking_ms});
+  stats.push_back({"comm/exposed_ms", covered_ms(std::move(gradient_tail)) + blocking_ms});
   stats.push_back(
       {"comm/busbw_gbps", bulk_ms > 0.0 ? bus_bytes / (bulk_ms * 1e-3) / 1e9 : 0.0});
   return stats;

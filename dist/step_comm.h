@@ -9,9 +9,10 @@
 //                     every rank but the root receiving and every rank but the last sending
 //   comm/collectives  operations issued
 //   comm/ms           time the operations ran, summed
-//   comm/exposed_ms   what the step waited for: gradient traffic from the end of backward to
-//                     the end of its last operation, plus every blocking operation whole, plus
-//                     what was left of a prefetched gather when the rank began to wait for it
+//   comm/exposed_ms   communication the step did not hide: the time after backward's end that
+//                     gradient traffic was in flight (not the gaps before an operation starts,
+//                     which are the host's), plus every blocking operation whole, plus what
+//                     was left of a prefetched gather when the rank began to wait for it
 //   comm/busbw_gbps   bus bandwidth of the gradient and parameter traffic: sum of payload x
 //                     the collective's factor (2(n-1)/n all-reduce, (n-1)/n reduce-scatter
 //                     and all-gather, 1 broadcast, reduce and point-to-point) over comm/ms
