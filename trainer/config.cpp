@@ -350,8 +350,12 @@ std::string to_toml(const Config& config) {
     }
     write_value(*key.key, *table, key.path.substr(begin));
   }
+  // 15 significant digits, which every decimal a user writes survives: optim.lr = 0.3 is
+  // saved as 0.3, not as the 17 digits of the nearest double (0.29999999999999999).
   std::ostringstream out;
-  out << root << '\n';
+  out << toml::toml_formatter{root, toml::toml_formatter::default_flags |
+                                        toml::format_flags::relaxed_float_precision}
+      << '\n';
   return out.str();
 }
 

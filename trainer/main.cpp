@@ -57,7 +57,8 @@ int run(int argc, char** argv) {
   app.add_option("--config", config_path, "TOML config file")->check(CLI::ExistingFile);
   app.add_option("--set", overrides, "override a key: --set section.key=value (repeatable)");
   app.add_flag("--print-config", print_config,
-               "print every key with its default and description, then exit");
+               "print every key with its default and description, then exit; with --config "
+               "or --set, the resolved config (file, then overrides) as the run would save it");
   app.add_flag("--print-config-markdown", print_markdown, "the same, as a markdown table");
   app.add_flag("--dry-run", flags.dry_run,
                "build the run and print its plan and its memory per rank; train nothing");
@@ -76,6 +77,13 @@ int run(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (print_config && (!config_path.empty() || !overrides.empty())) {
+    std::vector<std::string> warnings;
+    const auto config = dtrain::trainer::load_config(config_path, overrides, warnings);
+    for (const std::string& warning : warnings) dtrain::log::warn("{}", warning);
+    std::cout << dtrain::trainer::to_toml(config);
+    return 0;
   }
   if (print_config || print_markdown) {
     std::cout << dtrain::trainer::describe_keys(print_markdown);

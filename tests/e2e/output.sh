@@ -21,3 +21,11 @@ missing=$(grep -vxFf "$work/out/train.log" "$work/stdout.log" || true)
 grep -q '^dtrain [0-9.]* | LibTorch' "$work/out/train.log" || { echo "FAIL: no banner in train.log"; exit 1; }
 grep -q 'final test accuracy' "$work/out/train.log" || { echo "FAIL: no result in train.log"; exit 1; }
 echo "output: $(wc -l <"$work/stdout.log") plain lines printed, all in train.log"
+# --print-config with the run's --config and --set prints the config the run saved, as it saved it.
+"$trainer" --config "$source_dir/configs/fashion_mnist.toml" --set run.out_dir="$work" \
+  --set run.name=out --set train.max_steps=6 --set data.batch_size=8 --set run.log_every=2 \
+  --print-config >"$work/printed.toml"
+cmp -s "$work/printed.toml" "$work/out/config.toml" ||
+  { echo "FAIL: --print-config differs from the run's config.toml"; diff "$work/printed.toml" "$work/out/config.toml"; exit 1; }
+grep -qx 'batch_size = 8' "$work/printed.toml" || { echo "FAIL: --print-config ignores --set"; exit 1; }
+echo "output: --print-config prints the run's resolved config"

@@ -478,6 +478,20 @@ TEST_CASE("the resolved config reloads to the same values", "[config]") {
   CHECK(reloaded.schedule.milestones == std::vector<int64_t>{5, 9});
 }
 
+TEST_CASE("the resolved config writes decimals as they were given, and they reload exactly",
+          "[config]") {
+  const Config config = load_config("", {"optim.lr=0.3", "optim.weight_decay=1e-4",
+                                         "schedule.warmup_epochs=0.1", "train.max_steps=7"});
+  const std::string toml = dtrain::trainer::to_toml(config);
+  CHECK(contains(toml, "\nlr = 0.3\n"));
+  CHECK(contains(toml, "weight_decay = 0.0001\n"));
+  CHECK(contains(toml, "warmup_epochs = 0.1\n"));
+  const Config reloaded = load_config(write_config("decimals.toml", toml), {});
+  CHECK(reloaded.optim.lr == 0.3);
+  CHECK(reloaded.optim.weight_decay == 1e-4);
+  CHECK(reloaded.schedule.warmup_epochs == 0.1);
+}
+
 TEST_CASE("optim.eps takes the chosen optimizer's default, and the saved config shows it",
           "[config]") {
   const Config lamb = load_config("", {"optim.name=lamb"});
