@@ -519,16 +519,18 @@ RunResult run_training(const Config& config, const RunFlags& flags) {
                  (rank == 0 ? std::string("/train.log") : fmt::format("/train.rank{}.log", rank)));
   if (rank == 0) write_text(setup.run_dir + "/config.toml", to_toml(config));
 
+  // On every rank, servers included: mpirun passes a signal to all of them, and a server
+  // that took the default action would end before the workers' checkpoint had its state.
+  const StopSignals signals;  // until training (or serving) ends
   if (setup.strategy->role() == dist::Role::kServer) {
     const auto& slow = config.debug.slow_ranks;
     if (std::find(slow.begin(), slow.end(), rank) != slow.end()) {
       log::warn("debug.slow_ranks: rank {} is a dedicated server, which takes no steps to slow",
                 rank);
     }
-    setup.strategy->serve();  // until the workers finish
+    setup.strategy->serve();  // until the workers finish, a stop they agree on included
     return {};
   }
-  const StopSignals signals;  // until training ends
   const int world_size = setup.world.size;
   Trainer trainer(config, std::move(setup));
   if (resume_from_checkpoints) trainer.resume(*resume_from_checkpoints);

@@ -2,7 +2,9 @@
 # A run stopped by a signal checkpoints where it stands, prints the command that resumes it and
 # exits with 128 + the signal; that command then finishes the run, each step's metrics record
 # written once. One rank (SIGINT: 130), 2 ranks under scripts/mpirun.sh (SIGTERM, which reaches
-# the ranks as SIGUSR1: 143) and under plain mpirun (SIGUSR1, which Open MPI forwards: 138).
+# the ranks as SIGUSR1: 143) and under plain mpirun (SIGUSR1, which Open MPI forwards: 138),
+# and the parameter server with a dedicated server rank, which takes the signal too and must
+# serve on until the workers' checkpoint holds its state.
 #   usage: ... TRAINER SOURCE_DIR
 set -uo pipefail
 trainer=$1 source=$2
@@ -12,13 +14,14 @@ fail() { echo "FAIL: $*"; exit 1; }
 args=(--config "$source/configs/fashion_mnist.toml" --set run.out_dir="$tmp/runs"
   --set train.max_steps=400 --set run.log_every=10 --set data.batch_size=16 --set model.width=8
   --set schedule.warmup_epochs=0.002)
+extra=()  # more options for the next stop_and_resume
 
 # NAME SIGNAL EXPECTED_EXIT_CODE [LAUNCHER...]
 stop_and_resume() {
   local name=$1 signal=$2 expected=$3
   shift 3
   local log="$tmp/$name.log"
-  "$@" "$trainer" "${args[@]}" --set run.name="$name" >"$log" 2>&1 &
+  "$@" "$trainer" "${args[@]}" "${extra[@]}" --set run.name="$name" >"$log" 2>&1 &
   local pid=$!
   for _ in $(seq 600); do grep -q "step " "$log" && break; sleep 0.1; done
   kill -"$signal" "$pid"
@@ -56,3 +59,5 @@ stop_and_resume two_ranks TERM 143 "$source/scripts/mpirun.sh" -np 2 --oversubsc
 stop_and_resume plain_mpirun USR1 138 env OMPI_ALLOW_RUN_AS_ROOT=1 \
   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none \
   mpirun -np 2 --oversubscribe
+extra=(--set dist.strategy=ps --set dist.ps.placement=dedicated --set dist.ps.consistency=async)
+stop_and_resume ps_dedicated TERM 143 "$source/scripts/mpirun.sh" -np 3 --oversubscribe
