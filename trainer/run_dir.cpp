@@ -66,6 +66,15 @@ void create_run_dir(const std::string& run_dir) {
 ResumeFrom resume_from(const std::string& run_dir, const std::string& path) {
   if (path.empty()) return run_checkpoints(run_dir);
   if (fs::exists(fs::path(path) / "DONE")) return {{path}, false, ""};
+  // A checkpoint's own files without its DONE: one whose writing never finished. Its
+  // config.toml would otherwise pass it for a run directory without checkpoints, which
+  // starts from step 0.
+  if (fs::exists(fs::path(path) / "state.toml") || fs::exists(fs::path(path) / "model.pt")) {
+    throw UserError(fmt::format("--resume {}: an incomplete checkpoint (no DONE: its writing did "
+                                "not finish); pass an older checkpoint, or the run directory to "
+                                "continue from its newest complete one",
+                                path));
+  }
   if (fs::is_directory(fs::path(path) / "checkpoints") || holds_run(path)) {
     return run_checkpoints(path);
   }

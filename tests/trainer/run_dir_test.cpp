@@ -88,6 +88,12 @@ TEST_CASE("--resume offers a checkpoint, or a run's checkpoints newest first", "
   CHECK_FALSE(one.fall_back);
   CHECK_THROWS_WITH(dtrain::trainer::resume_from("elsewhere", (run / "nothing").string()),
                     Catch::Contains("neither a complete checkpoint (no DONE) nor a run"));
+
+  // A checkpoint copied without its DONE (its config.toml aside, not a run directory).
+  const fs::path unfinished = fresh_dir("unfinished");
+  for (const char* name : {"config.toml", "state.toml", "model.pt"}) std::ofstream(unfinished / name);
+  CHECK_THROWS_WITH(dtrain::trainer::resume_from("elsewhere", unfinished.string()),
+                    Catch::Contains("an incomplete checkpoint (no DONE"));
 }
 
 TEST_CASE("metrics of a resumed run keep the records up to its checkpoint", "[run_dir]") {
