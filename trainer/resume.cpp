@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <filesystem>
 
 namespace dtrain::trainer {
@@ -28,6 +29,26 @@ std::vector<int> failed_ranks(bool failed, dist::Strategy& strategy, torch::Devi
     if (host[r].item<float>() > 0) ranks.push_back(r);
   }
   return ranks;
+}
+
+// Every rank learns `failed_rank`'s `error` (the others pass their own, unused), its first
+// kReasonBytes bytes: the reason a checkpoint does not load is often in a file only that rank
+// reads (its optimizer shard), and rank 0 is the one that reports.
+std::string reason_of(int failed_rank, const std::string& error, dist::Strategy& strategy,
+                      torch::Device device) {
+  constexpr int64_t kReasonBytes = 1024;
+  torch::Tensor text = torch::zeros({kReasonBytes}, torch::dtype(torch::kFloat32));
+  if (strategy.data_group().rank == failed_rank) {
+    for (size_t i = 0; i < error.size() && i < static_cast<size_t>(kReasonBytes); ++i) {
+      text[static_cast<int64_t>(i)] = static_cast<float>(static_cast<unsigned char>(error[i]));
+    }
+  }
+  text = text.to(device);
+  strategy.reduce_metrics(text, dist::ReduceOp::kSum);  // one rank's bytes, the rest zeros
+  const torch::Tensor host = to_host(text).to(torch::kUInt8);
+  const auto* bytes = host.data_ptr<uint8_t>();
+  return std::string(reinterpret_cast<const char*>(bytes),
+                     std::find(bytes, bytes + kReasonBytes, 0) - bytes);
 }
 
 // "schedule.decay 'cosine' -> 'step'" for each schedule key and optim.lr that differ.
@@ -95,8 +116,10 @@ std::optional<Resumed> load_first_loadable(const ResumeFrom& from, dist::Strateg
     }
     const std::vector<int> ranks = failed_ranks(!error.empty(), strategy, device);
     if (ranks.empty()) return Resumed{path, info};
+    const std::string reason = reason_of(ranks.front(), error, strategy, device);
     if (error.empty()) {
-      error = fmt::format("{}: does not load on rank(s) {}", path, fmt::join(ranks, ", "));
+      error = fmt::format("{}: does not load on rank(s) {} (rank {}: {})", path,
+                          fmt::join(ranks, ", "), ranks.front(), reason);
     }
     if (!from.fall_back) throw UserError(error);
     if (newest_error.empty()) newest_error = error;
