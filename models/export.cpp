@@ -74,8 +74,8 @@ c10::Dict<std::string, torch::Tensor> parse_state_dict(const std::string& path,
   try {
     value = torch::pickle_load(bytes);
   } catch (const c10::Error& e) {
-    throw UserError(fmt::format("{} is not a readable torch.save file ({}); write it with "
-                                "torch.save(dict(model.state_dict()), path)",
+    throw UserError(fmt::format("{} is not a readable torch.save file ({}): damaged, or not "
+                                "written by torch.save(dict(model.state_dict()), path)",
                                 path, e.what_without_backtrace()));
   }
   if (!value.isGenericDict()) {

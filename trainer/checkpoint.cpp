@@ -171,6 +171,19 @@ void Checkpointer::remove_partial() const {
   }
 }
 
+void Checkpointer::set_aside(const std::string& path) const {
+  std::error_code error;
+  if (!fs::equivalent(fs::path(path).parent_path(), dir_, error)) return;  // another run's
+  const std::string aside = path + ".unloadable";
+  remove_tree(aside);
+  fs::rename(path, aside, error);
+  if (error) {
+    log::warn("{}: does not load, and cannot be set aside: {}", path, error.message());
+  } else {
+    log::info("set {} aside as {}: it does not load", path, aside);
+  }
+}
+
 std::vector<std::string> Checkpointer::complete() const {
   std::vector<std::string> newest_first;
   for (const fs::path& path : complete_checkpoints(dir_)) newest_first.push_back(path.string());

@@ -69,6 +69,11 @@ class Checkpointer {
   std::optional<std::string> latest() const;
   // Deletes what interrupted saves left behind (step_*.tmp directories). Rank 0.
   void remove_partial() const;
+  // Renames the complete checkpoint `path` of this directory, one that does not load, to
+  // `path`.unloadable: kept for a look, but no longer offered to --resume or counted by
+  // keep_checkpoints, which would otherwise delete the older checkpoint the run resumed from
+  // and keep it. Rank 0.
+  void set_aside(const std::string& path) const;
 
   // Reads checkpoint `path`'s state.toml; throws UserError naming the file.
   static CheckpointInfo read_info(const std::string& path);

@@ -109,6 +109,12 @@ class Trainer {
     last_eval_ = {info.test_loss, info.test_accuracy};
     metrics_.resume_at(step_);
     log::info("resumed from {} at step {}", resumed->path, step_);
+    if (s_.world.rank == 0) {  // the newer ones of this run, which did not load
+      for (const std::string& path : from.checkpoints) {
+        if (path == resumed->path) break;
+        checkpointer_.set_aside(path);
+      }
+    }
     if (step_ == s_.total_steps) {
       log::info("the run had finished: step {} of {}; nothing left to train", step_,
                 s_.total_steps);

@@ -183,6 +183,8 @@ TEST_CASE("a damaged checkpoint: its file named in one line, or the next older o
         read_bytes(straight().dir / "checkpoints" / "step_00000012" / "model.pt"));
   CHECK(records(run) == kStraightRecords);
   CHECK_FALSE(fs::exists(run / "checkpoints" / "step_00000014.tmp"));
+  // The damaged one is set aside, out of --resume's and keep_checkpoints' sight.
+  CHECK(fs::file_size(run / "checkpoints" / "step_00000012.unloadable" / "optimizer.pt") == 100);
 }
 
 TEST_CASE("each damaged checkpoint file is named", "[resume]") {
