@@ -3,6 +3,7 @@
 #   - dedicated server ranks beside the workers, with a straggler under SSP(1): the run
 #     finishes, no step reads parameters more than 1 step old, the plan is in the checkpoint;
 #   - that checkpoint (1 server) resumed colocated on 2 servers;
+#   - chunks too large to spread over the servers: a warning that says which chunk_mb does;
 #   - the collective transport (dist/ps/collective.h), SSP(2): every read exactly 2 steps old
 #     once the run is 2 steps in;
 #   - the hierarchy (dist.ps.hierarchical) on 2 "nodes" of 2 ranks: each node's leader alone
@@ -55,6 +56,14 @@ train 2 resumed --resume --set train.max_steps=30 --set data.batch_size=16 \
   --set run.log_every=5 || { tail "$work/resumed.log"; fail "the resumed run failed"; }
 grep -q "resumed from .*step_00000020 at step 20" "$work/resumed.log" || fail "no resume line"
 echo "ok: a 1-server checkpoint resumed on 2 colocated servers"
+
+# One chunk for 2 servers (SimpleCNN's 0.5 MiB in 4 MiB chunks): a warning with a chunk_mb that
+# spreads it, and the run trains.
+train 2 one_chunk --set dist.ps.chunk_mb=4 --set train.max_steps=2 --set data.batch_size=16 ||
+  { tail "$work/one_chunk.log"; fail "the one-chunk run failed"; }
+grep -q "warning: dist.ps.chunk_mb = 4 cuts .* into 1 chunk(s) for 2 servers: .* 1 hold(s) nothing; a chunk_mb of" \
+  "$work/one_chunk.log" || { cat "$work/one_chunk.log"; fail "no warning for an idle server"; }
+echo "ok: a plan that leaves a server idle is warned of"
 
 # The collective transport under SSP(2): reads exactly 2 steps old.
 train 2 collectives --set dist.ps.transport=collectives --set dist.ps.consistency=ssp \
