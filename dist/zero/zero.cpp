@@ -4,6 +4,8 @@
 #include "dist/optimizer_state.h"
 #include "optim/optimizer.h"
 
+#include <numeric>
+
 namespace dtrain::dist {
 
 namespace {
@@ -63,6 +65,31 @@ void ZeroStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make
                                                Layout{layout});
   log::debug("zero: rank {} owns {} of {} parameters, {} elements a shard", rank, owned_.size(),
              params_.size(), partition_.shard_numel);
+  if (rank == 0) describe_partition(numels);
+}
+
+void ZeroStrategy::describe_partition(const std::vector<int64_t>& numels) const {
+  const double mib = static_cast<double>(params_.front().element_size()) / (1 << 20);
+  const int64_t total = std::accumulate(numels.begin(), numels.end(), int64_t{0});
+  const int64_t padded = flat_params_.numel();
+  log::info("zero stage 1: whole tensors on {} ranks; the largest share is {:.3f} of the {:.3f} "
+            "MiB of parameters, and the parameters and gradients are laid out in {} blocks of "
+            "it ({:.3f} MiB each)",
+            comm_->size(), static_cast<double>(partition_.shard_numel) * mib,
+            static_cast<double>(total) * mib, comm_->size(),
+            static_cast<double>(padded) * mib);
+  // Equal blocks, which reduce-scatter and all-gather need, cost N x the largest share: past
+  // the optimizer state it saves once one tensor outweighs total / N.
+  if (static_cast<double>(padded) > 1.25 * static_cast<double>(total)) {
+    log::warn("zero stage 1: whole tensors do not divide evenly over {} ranks (the largest "
+              "share is {:.2f}x an even one), so its parameters and gradients take {:.2f}x "
+              "DDP's memory; dist.zero.stage = 2 splits tensors and pads under one element per "
+              "rank and bucket",
+              comm_->size(),
+              static_cast<double>(partition_.shard_numel) * comm_->size() /
+                  static_cast<double>(total),
+              static_cast<double>(padded) / static_cast<double>(total));
+  }
 }
 
 std::unique_ptr<Work> ZeroStrategy::launch(Bucket& bucket) {

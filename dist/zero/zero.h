@@ -14,6 +14,10 @@
 // broadcast from rank 0 before every forward and evaluation (DDP's default policy).
 // Parameters without a gradient in a step count as zero gradients. Checkpoints: each rank writes
 // the optimizer state of its own parameters (dist/optimizer_state.h, by tensor).
+// Memory: the collectives move equal blocks, so the flat buffers of parameters and gradients
+// hold N blocks of the largest share, at least the largest tensor: N x that can exceed the
+// model (SimpleCNN on 3 ranks: 1.72x) and so DDP's memory, which the
+// start-up warns of. Stage 2 splits tensors instead.
 #pragma once
 
 #include "dist/comm/communicator.h"
@@ -54,6 +58,9 @@ class ZeroStrategy : public ReplicatedStrategy, private CommHook {
   std::unique_ptr<Work> launch(Bucket& bucket) override;
   void finish(Bucket& bucket) override;
   Collective collective() const override { return Collective::kReduceScatter; }
+  // The start-up line of the partition, and a warning where its padding outweighs DDP's
+  // memory.
+  void describe_partition(const std::vector<int64_t>& numels) const;
 
   std::vector<torch::Tensor> owned_;
   ZeroPartition partition_;
