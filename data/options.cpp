@@ -1,5 +1,7 @@
 #include "data/options.h"
 
+#include <fmt/format.h>
+
 namespace dtrain::data {
 
 void DataOptions::declare(OptionSpecs& keys) {
@@ -40,6 +42,17 @@ void DataOptions::declare(OptionSpecs& keys) {
       .range(8, 4096);
 }
 
-FieldErrors DataOptions::validate() const { return check_declared(*this); }
+FieldErrors DataOptions::validate() const {
+  FieldErrors errors = check_declared(*this);
+  // The default path holds Fashion-MNIST, whose files MNIST's share the names of: another
+  // dataset left at it would train on Fashion-MNIST without a word, or fail to find its files.
+  if (dataset != "fashion_mnist" && dataset != "synthetic" && path == DataOptions{}.path) {
+    errors.push_back({"path", fmt::format("{} is Fashion-MNIST's directory (the default); "
+                                          "data.dataset = \"{}\" needs the directory of its "
+                                          "own files",
+                                          path, dataset)});
+  }
+  return errors;
+}
 
 }  // namespace dtrain::data

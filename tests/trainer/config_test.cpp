@@ -559,3 +559,16 @@ TEST_CASE("every shipped config in configs/ loads without a problem", "[config]"
   }
   CHECK(loaded >= 2);
 }
+
+TEST_CASE("a dataset other than Fashion-MNIST left at its default path is refused", "[config]") {
+  for (const char* dataset : {"mnist", "cifar10", "image_folder"}) {
+    INFO(dataset);
+    const std::vector<std::string> problems =
+        problems_of("", {std::string("data.dataset=") + dataset});
+    REQUIRE(problems.size() == 1);
+    CHECK(contains(problems[0], "data.path: /usr/share/datasets/fashion-mnist is "
+                                "Fashion-MNIST's directory (the default)"));
+    CHECK(problems_of("", {std::string("data.dataset=") + dataset, "data.path=/data/x"}).empty());
+  }
+  CHECK(problems_of("", {"data.dataset=synthetic"}).empty());
+}
