@@ -124,9 +124,10 @@ Stats StepComm::stats() const {
       blocking_ms += std::clamp(measured_ms(*op.wait_start, *op.work->finished()), 0.0, op_ms);
     } else if (backward_end_ && op.work) {
       const double end = measured_ms(*backward_end_, *op.work->finished());
-      if (end > 0.0)
-        gradient_tail.emplace_back(std::max(0.0, measured_ms(*backward_end_, *op.work->started())),
-                                   end);
+      if (end > 0.0) {
+        const double start = measured_ms(*backward_end_, *op.work->started());
+        gradient_tail.emplace_back(std::max(0.0, start), end);
+      }
     }
   }
   Stats stats = {{"comm/bytes", bytes},

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <vector>
 
 namespace dtrain::trainer {
 
@@ -36,14 +37,14 @@ std::vector<int> failed_ranks(bool failed, dist::Strategy& strategy, torch::Devi
 // reads (its optimizer shard), and rank 0 is the one that reports.
 std::string reason_of(int failed_rank, const std::string& error, dist::Strategy& strategy,
                       torch::Device device) {
-  constexpr int64_t kReasonBytes = 1024;
-  torch::Tensor text = torch::zeros({kReasonBytes}, torch::dtype(torch::kFloat32));
+  constexpr size_t kReasonBytes = 1024;
+  std::vector<float> codes(kReasonBytes, 0.0f);
   if (strategy.data_group().rank == failed_rank) {
-    for (size_t i = 0; i < error.size() && i < static_cast<size_t>(kReasonBytes); ++i) {
-      text[static_cast<int64_t>(i)] = static_cast<float>(static_cast<unsigned char>(error[i]));
+    for (size_t i = 0; i < std::min(error.size(), kReasonBytes); ++i) {
+      codes[i] = static_cast<float>(static_cast<unsigned char>(error[i]));
     }
   }
-  text = text.to(device);
+  torch::Tensor text = torch::tensor(codes).to(device);
   strategy.reduce_metrics(text, dist::ReduceOp::kSum);  // one rank's bytes, the rest zeros
   const torch::Tensor host = to_host(text).to(torch::kUInt8);
   const auto* bytes = host.data_ptr<uint8_t>();

@@ -36,7 +36,6 @@ void warn_uneven_plan(const PsPlan& plan, double chunk_mb, int64_t element_size)
             total_mb / (4.0 * plan.servers));
 }
 
-
 using Clock = std::chrono::steady_clock;
 
 Consistency consistency_of(const std::string& name) {

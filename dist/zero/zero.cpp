@@ -73,13 +73,13 @@ void ZeroStrategy::describe_partition(const std::vector<int64_t>& numels) const 
   const int64_t total = std::accumulate(numels.begin(), numels.end(), int64_t{0});
   const int64_t padded = flat_params_.numel();
   log::info("zero stage 1: whole tensors on {} ranks; the largest share is {:.3f} of the {:.3f} "
-            "MiB of parameters, and the parameters and gradients are laid out in {} blocks of "
-            "it ({:.3f} MiB each)",
+            "MiB of parameters, and the parameters and gradients are each laid out in {} "
+            "blocks of it ({:.3f} MiB)",
             comm_->size(), static_cast<double>(partition_.shard_numel) * mib,
             static_cast<double>(total) * mib, comm_->size(),
             static_cast<double>(padded) * mib);
-  // Equal blocks, which reduce-scatter and all-gather need, cost N x the largest share: past
-  // the optimizer state it saves once one tensor outweighs total / N.
+  // Equal blocks, which reduce-scatter and all-gather need, cost N x the largest share, at
+  // least the largest tensor: once that tensor outweighs total / N, more than DDP's memory.
   if (static_cast<double>(padded) > 1.25 * static_cast<double>(total)) {
     log::warn("zero stage 1: whole tensors do not divide evenly over {} ranks (the largest "
               "share is {:.2f}x an even one), so its parameters and gradients take {:.2f}x "
