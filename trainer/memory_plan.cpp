@@ -5,6 +5,7 @@
 #include "data/dataset.h"
 #include "dist/memory_model.h"
 #include "dist/placement.h"
+#include "dist/ps/plan.h"
 #include "dist/zero/zero3.h"
 #include "models/registry.h"
 #include "optim/state_bytes.h"
@@ -144,19 +145,51 @@ int parse_world_size(const std::string& text) {
 
 namespace {
 
-std::shared_ptr<models::Model> plan_model(const Config& config) {
+struct PlanModel {
+  std::shared_ptr<models::Model> model;
+  int64_t train_samples = 0;
+};
+
+PlanModel plan_model(const Config& config) {
   // The sizes depend on the data's sample shape and classes only; the device and the weights'
   // values do not matter.
   const data::Splits splits = data::open_splits(config.data);
   const data::SampleShape shape = splits.train->shape();
-  return models::make_model(config.model, {shape.channels, shape.height, shape.width},
-                            splits.train->num_classes());
+  return {models::make_model(config.model, {shape.channels, shape.height, shape.width},
+                             splits.train->num_classes()),
+          splits.train->size()};
+}
+
+// What the start-up would say of a world of `world_size` ranks that --world-size only
+// imagines: the strategy, the global batch over the ranks that take data, and the
+// parameter server's plan of chunks on servers.
+std::string describe_world(const Config& config, const dist::ModelStateInput& input,
+                           const std::vector<std::string>& names, int world_size,
+                           int64_t train_samples) {
+  const int data_ranks = dist::place_ranks(config.dist, world_size).num_device_ranks;
+  const int64_t global_batch = data_ranks * config.data.batch_size * config.train.grad_accum;
+  std::string text = fmt::format(
+      "{} rank(s), as planned (none started) | strategy {}\n"
+      "global batch {} ({} rank(s) x {} x {} micro-steps) | {} steps/epoch\n",
+      world_size, dist::strategy_name(config.dist.strategy), global_batch, data_ranks,
+      config.data.batch_size, config.train.grad_accum, train_samples / global_batch);
+  if (config.dist.strategy == dist::StrategyKind::kPs) {
+    const dist::PsOptions& ps = config.dist.ps;
+    const int servers = ps.placement == "dedicated" ? static_cast<int>(ps.servers) : world_size;
+    // As ps.cpp plans it: async servers keep tensors whole.
+    const dist::PsPlan plan =
+        dist::make_ps_plan(input.params, servers, ps.chunk_mb, ps.consistency == "async");
+    text += plan.summary(names, input.params.front().element_size());
+  }
+  return text;
 }
 
 }  // namespace
 
-void report_memory_plan(const Config& config, int world_size, const std::string& json_path) {
-  const std::shared_ptr<models::Model> model = plan_model(config);
+void report_memory_plan(const Config& config, int world_size, const std::string& json_path,
+                        bool imagined_world) {
+  const PlanModel planned = plan_model(config);
+  const std::shared_ptr<models::Model>& model = planned.model;
   dist::ModelStateInput input;
   std::vector<std::string> names;
   for (const auto& item : model->named_parameters()) {
@@ -176,7 +209,10 @@ void report_memory_plan(const Config& config, int world_size, const std::string&
     throw UserError(fmt::format("--dry-run: {} at {} rank(s): {}", configured.strategy,
                                 world_size, configured.problem));
   }
-  std::string text = fmt::format("model-state memory per rank (MiB) predicted for {} rank(s), "
+  std::string text = imagined_world ? describe_world(config, input, names, world_size,
+                                                    planned.train_samples)
+                                     : std::string();
+  text += fmt::format("model-state memory per rank (MiB) predicted for {} rank(s), "
                                  "{}, optimizer {} ({} state tensor(s) per parameter){}:\n",
                                  world_size, configured.strategy, config.optim.name,
                                  input.state_tensors,

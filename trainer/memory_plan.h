@@ -25,7 +25,10 @@ int parse_world_size(const std::string& text);
 // Logs the report for `world_size` ranks of the model `config` describes (built afresh on the
 // CPU, without starting MPI or a device: its trainable parameters and units are counted) and,
 // if `json_path` is not empty, writes it there. Throws UserError when the configured strategy
-// cannot run at `world_size` ranks.
-void report_memory_plan(const Config& config, int world_size, const std::string& json_path);
+// cannot run at `world_size` ranks. `imagined_world` (--world-size, where no ranks start and
+// so no banner is printed): the report opens with what the start-up would say of that world,
+// its global batch and, for ps, the plan of chunks on servers.
+void report_memory_plan(const Config& config, int world_size, const std::string& json_path,
+                        bool imagined_world);
 
 }  // namespace dtrain::trainer

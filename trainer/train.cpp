@@ -503,7 +503,7 @@ RunResult run_training(const Config& config, const RunFlags& flags) {
     if (flags.resume) resume_from_checkpoints = resume_from(run_dir, *flags.resume);
   }
   if (flags.dry_run && flags.world_size) {  // another world: no ranks to start
-    report_memory_plan(config, *flags.world_size, flags.dry_run_json);
+    report_memory_plan(config, *flags.world_size, flags.dry_run_json, /*imagined_world=*/true);
     return {};
   }
   RunSetup setup = build_run(config);
@@ -514,7 +514,7 @@ RunResult run_training(const Config& config, const RunFlags& flags) {
   }
   if (flags.dry_run) {
     if (setup.world.rank == 0) {
-      report_memory_plan(config, setup.world.size, flags.dry_run_json);
+      report_memory_plan(config, setup.world.size, flags.dry_run_json, /*imagined_world=*/false);
     }
     return {};
   }

@@ -55,6 +55,18 @@ for ranks in 2 3; do
   check "$ranks" "ps_np$ranks" --set dist.strategy=ps --set dist.ps.chunk_mb=0.02
 done
 check 3 ps_dedicated_np3 --set dist.strategy=ps --set dist.ps.placement=dedicated
+# With no ranks started, --world-size still says what the start-up would: the ps plan and
+# the global batch over the ranks that take data (2 workers beside the dedicated server).
+for name in ps_np3 ps_dedicated_np3; do
+  for line in "ps plan: [^$]*" "global batch [0-9]* (.* micro-steps) | [0-9]* steps/epoch"; do
+    said=$(grep -o "$line" "$work/$name.dry.log" | head -1)
+    [ -n "$said" ] && grep -qF "$said" "$work/$name.log" ||
+      { cat "$work/$name.dry.log"; fail "$name: --world-size did not say what the run did: $line"; }
+  done
+done
+grep -q "global batch 32 (2 rank(s) x 16" "$work/ps_dedicated_np3.dry.log" ||
+  fail "ps_dedicated_np3: the dry run's batch is not over the 2 workers"
+echo "ok: --world-size gives the run's ps plan and global batch"
 
 # Under mpirun, the dry run predicts for its own world: the same as --world-size.
 "$source_dir/scripts/mpirun.sh" -np 2 --oversubscribe "$trainer" "${common[@]}" \
