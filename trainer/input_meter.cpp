@@ -3,17 +3,12 @@
 #include <sys/resource.h>
 
 namespace dtrain::trainer {
-namespace {
-
-// User and system time of every thread of this process so far.
 double process_cpu_seconds() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   const auto seconds = [](const timeval& t) { return t.tv_sec + 1e-6 * t.tv_usec; };
   return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
-
-}  // namespace
 
 void InputMeter::restart(data::Loader& loader) {
   loader.take_stats();

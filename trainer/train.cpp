@@ -279,7 +279,7 @@ class Trainer {
       throw UserError(fmt::format("loss is {} at step {}: training diverged; {}", loss, step_,
                                   kDivergedHint));
     }
-    const double seconds = seconds_since(interval_start_);
+    const double seconds = seconds_since(interval_start_) - left_out_seconds_;
     const double img_per_s = static_cast<double>(steps * s_.images_per_step) / seconds;
     const double lr = s_.schedule->lr_at(step_ - 1);
     progress_.step({step_, s_.total_steps, epoch, loss, lr, img_per_s,
@@ -323,6 +323,7 @@ class Trainer {
   EvalResult evaluate(int64_t epoch) {
     if (!s_.test_loader) return {};
     Timeline::Phase phase(timeline_, "evaluation");
+    const LeftOutOfInterval left_out(*this);  // evaluation time is not training throughput
     torch::NoGradGuard no_grad;
     s_.strategy->before_eval();
     s_.model->eval();
@@ -357,7 +358,6 @@ class Trainer {
                     {"loss/test", result.loss},
                     {"accuracy/test", result.accuracy},
                     {"time/wall_s", train_seconds_before_ + seconds_since(process_start)}});
-    start_interval();  // evaluation time is not training throughput
     return result;
   }
 
@@ -374,6 +374,7 @@ class Trainer {
   void checkpoint() {
     if (config_.train.keep_checkpoints == 0 || step_ == last_checkpoint_step_) return;
     Timeline::Phase phase(timeline_, "checkpoint");
+    const LeftOutOfInterval left_out(*this);
     // Every worker writes its part of the strategy's state; rank 0 the model and the rest.
     s_.strategy->prepare_checkpoint();
     const dist::NamedTensors model_state = s_.strategy->model_state();
@@ -388,7 +389,6 @@ class Trainer {
     last_checkpoint_step_ = step_;
     checkpointer_.save(checkpoint_info(), model_state, *s_.strategy, to_toml(config_),
                        s_.world.rank, [this](bool ok) { return all_workers(ok); });
-    start_interval();
   }
 
   // Whether every worker passed true. Blocking: the host reads the sum, so on GPUs too it
@@ -461,13 +461,34 @@ class Trainer {
   double train_seconds_before_ = 0.0;  // earlier sessions of a resumed run
   Clock::time_point session_start_;
   Clock::time_point interval_start_;
+  double left_out_seconds_ = 0.0;  // of the interval: its checkpoints' and evaluations'
   InputMeter input_meter_;
 
-  // A logging interval starts: after a report, an evaluation, a checkpoint, an epoch's start.
+  // A logging interval starts: after a report, at an epoch's start.
   void start_interval() {
     interval_start_ = Clock::now();
+    left_out_seconds_ = 0.0;
     input_meter_.restart(*s_.train_loader);
   }
+
+  // Leaves its scope's time (a checkpoint, an evaluation) out of the interval's, which goes on
+  // around it: the interval's figures are of its training alone, however its steps fall
+  // between checkpoints (restarting the interval instead had divided the time since the
+  // last checkpoint by all of the interval's steps).
+  class LeftOutOfInterval {
+   public:
+    explicit LeftOutOfInterval(Trainer& trainer)
+        : trainer_(trainer), start_(Clock::now()), cpu_start_(process_cpu_seconds()) {}
+    ~LeftOutOfInterval() {
+      trainer_.left_out_seconds_ += seconds_since(start_);
+      trainer_.input_meter_.leave_out_cpu(process_cpu_seconds() - cpu_start_);
+    }
+
+   private:
+    Trainer& trainer_;
+    Clock::time_point start_;
+    double cpu_start_;
+  };
 };
 
 void write_text(const std::string& path, const std::string& text) {
