@@ -8,6 +8,7 @@
 #include "dist/ps/plan.h"
 #include "dist/zero/zero3.h"
 #include "models/registry.h"
+#include "optim/schedule.h"
 #include "optim/state_bytes.h"
 
 #include <fmt/format.h>
@@ -168,18 +169,33 @@ std::string describe_world(const Config& config, const dist::ModelStateInput& in
                            int64_t train_samples) {
   const int data_ranks = dist::place_ranks(config.dist, world_size).num_device_ranks;
   const int64_t global_batch = data_ranks * config.data.batch_size * config.train.grad_accum;
+  const int64_t steps_per_epoch = train_samples / global_batch;
+  if (steps_per_epoch == 0) {
+    throw UserError(fmt::format("--dry-run: global batch {} at {} rank(s) exceeds the {} "
+                                "training samples; use a smaller data.batch_size",
+                                global_batch, world_size, train_samples));
+  }
+  // As the run's start-up warns: a run of whole epochs that never ends its warmup.
+  if (config.train.max_steps == 0) {
+    const optim::LrSchedule schedule(config.schedule, config.optim.lr, steps_per_epoch,
+                                     config.train.epochs * steps_per_epoch);
+    for (const std::string& line : schedule.unreached()) log::warn("{}", line);
+  }
   std::string text = fmt::format(
       "{} rank(s), as planned (none started) | strategy {}\n"
       "global batch {} ({} rank(s) x {} x {} micro-steps) | {} steps/epoch\n",
       world_size, dist::strategy_name(config.dist.strategy), global_batch, data_ranks,
-      config.data.batch_size, config.train.grad_accum, train_samples / global_batch);
+      config.data.batch_size, config.train.grad_accum, steps_per_epoch);
   if (config.dist.strategy == dist::StrategyKind::kPs) {
     const dist::PsOptions& ps = config.dist.ps;
     const int servers = ps.placement == "dedicated" ? static_cast<int>(ps.servers) : world_size;
     // As ps.cpp plans it: async servers keep tensors whole.
     const dist::PsPlan plan =
         dist::make_ps_plan(input.params, servers, ps.chunk_mb, ps.consistency == "async");
-    text += plan.summary(names, input.params.front().element_size());
+    const int64_t element_size = input.params.front().element_size();
+    text += plan.summary(names, element_size);
+    const std::string uneven = dist::uneven_plan_warning(plan, ps.chunk_mb, element_size);
+    if (!uneven.empty()) log::warn("{}", uneven);
   }
   return text;
 }

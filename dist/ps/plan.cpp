@@ -202,6 +202,22 @@ std::string PsPlan::summary(const std::vector<std::string>& names, int64_t eleme
   return described.substr(0, described.find("  chunk "));
 }
 
+std::string uneven_plan_warning(const PsPlan& plan, double chunk_mb, int64_t element_size) {
+  const std::vector<int64_t> load = plan.server_numel();
+  const int64_t total = std::accumulate(load.begin(), load.end(), int64_t{0});
+  const int64_t most = *std::max_element(load.begin(), load.end());
+  const double share = static_cast<double>(most) * plan.servers / static_cast<double>(total);
+  if (plan.servers == 1 || total == 0 || share < 1.5) return {};
+  const int64_t idle = std::count(load.begin(), load.end(), int64_t{0});
+  const double total_mb = static_cast<double>(total * element_size) / (1 << 20);
+  return fmt::format("dist.ps.chunk_mb = {:g} cuts the model's {:.2f} MiB into {} chunk(s) for {} "
+                     "servers: the most loaded holds {:.2f}x an even share{}; a chunk_mb of {:.2g} "
+                     "or less (4 chunks a server) spreads it",
+                     chunk_mb, total_mb, plan.chunks.size(), plan.servers, share,
+                     idle > 0 ? fmt::format(" and {} hold(s) nothing", idle) : std::string(),
+                     total_mb / (4.0 * plan.servers));
+}
+
 int64_t ps_chunk_numel(double chunk_mb, int64_t element_size) {
   return std::max<int64_t>(1, static_cast<int64_t>(chunk_mb * kMiB) / element_size);
 }

@@ -71,6 +71,12 @@ void add_chunk(PsPlan& plan, int64_t bucket, int64_t offset, int64_t numel, int 
 // not ended after 11 minutes. 4,096 also keeps the tags within the least MPI_TAG_UB MPI allows (32767).
 constexpr int64_t kMaxPsChunks = 4096;
 
+// Empty, or the warning for a plan whose chunks are too few or too large to spread over the
+// servers evenly (the most loaded at 1.5x an even share or more): the busiest server sets
+// every step's pace, the parameter server's most reported performance bug. Names a chunk_mb
+// that spreads it.
+std::string uneven_plan_warning(const PsPlan& plan, double chunk_mb, int64_t element_size);
+
 // Elements of `element_size` bytes in a chunk of at most `chunk_mb` MiB (at least one).
 int64_t ps_chunk_numel(double chunk_mb, int64_t element_size);
 // Empty when `numels` (the trainable parameters' element counts) in chunks of `chunk_mb` MiB

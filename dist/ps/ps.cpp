@@ -18,24 +18,6 @@ namespace dtrain::dist {
 
 namespace {
 
-// A plan whose chunks are too few or too large to spread over the servers evenly: the busiest
-// server sets every step's pace (the parameter server's most reported performance bug).
-void warn_uneven_plan(const PsPlan& plan, double chunk_mb, int64_t element_size) {
-  const std::vector<int64_t> load = plan.server_numel();
-  const int64_t total = std::accumulate(load.begin(), load.end(), int64_t{0});
-  const int64_t most = *std::max_element(load.begin(), load.end());
-  const double share = static_cast<double>(most) * plan.servers / static_cast<double>(total);
-  if (plan.servers == 1 || total == 0 || share < 1.5) return;
-  const int64_t idle = std::count(load.begin(), load.end(), int64_t{0});
-  const double total_mb = static_cast<double>(total * element_size) / (1 << 20);
-  log::warn("dist.ps.chunk_mb = {:g} cuts the model's {:.2f} MiB into {} chunk(s) for {} "
-            "servers: the most loaded holds {:.2f}x an even share{}; a chunk_mb of {:.2g} or "
-            "less (4 chunks a server) spreads it",
-            chunk_mb, total_mb, plan.chunks.size(), plan.servers, share,
-            idle > 0 ? fmt::format(" and {} hold(s) nothing", idle) : std::string(),
-            total_mb / (4.0 * plan.servers));
-}
-
 using Clock = std::chrono::steady_clock;
 
 Consistency consistency_of(const std::string& name) {
@@ -232,7 +214,8 @@ void PsStrategy::attach(torch::nn::Module& model, const OptimizerFactory& make_o
               described.substr(0, summary_end == std::string::npos ? described.size()
                                                                    : summary_end));
     log::debug("{}", described);
-    warn_uneven_plan(plan_, options_.chunk_mb, element_size);
+    const std::string uneven = uneven_plan_warning(plan_, options_.chunk_mb, element_size);
+    if (!uneven.empty()) log::warn("{}", uneven);
   }
 
   if (server_setup_) {

@@ -99,3 +99,12 @@ expect_bad "world size not whole" '--world-size "2.5"' --dry-run --world-size 2.
 expect_bad "world size without a dry run" "--world-size is for a dry run" --world-size 2
 expect_bad "dedicated servers leave no worker" "leave no worker among 1 rank(s)" --dry-run \
   --world-size 1 --set dist.strategy=ps --set dist.ps.placement=dedicated
+expect_bad "global batch past the data" "global batch 80000 at 2 rank(s) exceeds the 60000" \
+  --dry-run --world-size 2 --set data.batch_size=40000
+# A warmup longer than a run of whole epochs: the same warning as the run's start-up.
+"$trainer" "${common[@]}" --set train.max_steps=0 --set train.epochs=1 \
+  --set schedule.warmup_epochs=2 --dry-run --world-size 2 >"$work/warmup.out" 2>&1 ||
+  { cat "$work/warmup.out"; fail "the dry run with a long warmup failed"; }
+grep -q "^warning: schedule.warmup_epochs = 2 is 3750 steps, longer than the run's 1875" \
+  "$work/warmup.out" || { cat "$work/warmup.out"; fail "no warning of a warmup past the run"; }
+echo "ok: --world-size warns of a warmup longer than the run"
