@@ -5,30 +5,88 @@ split into what communication left exposed and the rest (compute and framework).
 
     scripts/plot_sweep.py OUT_DIR/sweep.csv OUT.png
 
-Needs matplotlib (Debian: python3-matplotlib).
+OUT_DIR alone stands for its sweep.csv. Needs matplotlib (Debian: python3-matplotlib).
 """
 import csv
+import os
 import statistics
 import sys
 
-try:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-except ImportError:
-    sys.exit("plot_sweep.py needs matplotlib: apt-get install python3-matplotlib "
-             "(and run it with the Python that has it, e.g. /usr/bin/python3)")
+NUMBERS = ["step_ms", "img_per_s", "exposed_ms"]  # what is drawn, besides ranks and strategy
+
+
+def fail(message):
+    """A mistake in the arguments or the input: one line, exit 2, as for a bad option."""
+    print(f"plot_sweep.py: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def output_path(path):
+    """The image to write, checked before any work: matplotlib would add .png to a name
+    without a suffix, and fail with a traceback on a missing directory."""
+    if os.path.isdir(path):
+        fail(f"{path}: not an image to write (the image comes second: "
+             "plot_sweep.py SWEEP_CSV OUT.png)")
+    if not os.path.splitext(path)[1]:
+        path += ".png"
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        fail(f"{folder}: no such directory (for {path})")
+    return path
+
+
+def read_points(path):
+    """{(ranks, strategy): [row, ...]} of the completed runs (those with a step time)."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "sweep.csv")
+    if not os.path.isfile(path):
+        fail(f"{path}: no such file")
+
+    def not_sweep(column):
+        fail(f"{path}: not a sweep CSV (no {column} column); made by scripts/sweep_strategies.sh")
+
+    points = {}
+    try:
+        with open(path, newline="") as lines:
+            rows = csv.DictReader(lines)
+            for column in NUMBERS + ["ranks", "strategy"]:
+                if column not in (rows.fieldnames or []):
+                    not_sweep(column)
+            for row in rows:
+                if not row["step_ms"]:  # a run without figures: too few steps
+                    continue
+                try:
+                    for column in NUMBERS:
+                        float(row[column] or 0.0)
+                    key = (int(row["ranks"]), row["strategy"])
+                except (TypeError, ValueError):
+                    fail(f"{path}:{rows.line_num}: not a number where one belongs")
+                points.setdefault(key, []).append(row)
+    except UnicodeDecodeError:
+        not_sweep("step_ms")  # a PNG given first, say
+    except (OSError, csv.Error) as error:
+        fail(f"{path}: {getattr(error, 'strerror', None) or error}")
+    if not points:
+        fail(f"{path}: no completed runs")
+    return points
 
 
 def main():
+    if len(sys.argv) == 2 and sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return
     if len(sys.argv) != 3:
-        sys.exit(__doc__)
-    points = {}
-    for row in csv.DictReader(open(sys.argv[1])):
-        if row["step_ms"]:
-            points.setdefault((int(row["ranks"]), row["strategy"]), []).append(row)
-    if not points:
-        sys.exit(f"{sys.argv[1]}: no completed runs")
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    out = output_path(sys.argv[2])
+    points = read_points(sys.argv[1])
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit("plot_sweep.py needs matplotlib: apt-get install python3-matplotlib "
+                 "(and run it with the Python that has it, e.g. /usr/bin/python3)")
     keys = sorted(points)
     labels = [f"{strategy}\n{ranks} rank(s)" for ranks, strategy in keys]
 
@@ -57,8 +115,11 @@ def main():
     bottom.set_ylabel("ms per step (median)")
     bottom.legend()
     fig.tight_layout()
-    fig.savefig(sys.argv[2], dpi=120)
-    print(f"wrote {sys.argv[2]}")
+    try:
+        fig.savefig(out, dpi=120)
+    except (OSError, ValueError) as error:  # unwritable; a suffix matplotlib has no format for
+        fail(f"{out}: {getattr(error, 'strerror', None) or error}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

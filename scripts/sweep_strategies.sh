@@ -20,7 +20,7 @@
 #     --steps N                    steps per run (default 200)
 #     --repeat N                   runs per point, to show the spread (default 3)
 #     --config FILE                the job (default configs/fashion_mnist.toml)
-#   Further --set options go to every run (e.g. --set run.device=cuda).
+#   Further --set options go to every run (e.g. --set run.device=cuda); --help prints this.
 # Each rank keeps the config's per-rank batch, so N ranks train on N times the global batch;
 # "ranks" counts workers (dedicated servers are started beside them).
 # Writes OUT_DIR/sweep.csv (one row per run: step time, images per second, communication,
@@ -30,58 +30,125 @@
 # table of each point's median with the runs' range; scripts/plot_sweep.py draws it.
 # Figures: averages over the logged intervals after the first (start-up and first-step
 # allocation excluded); "vs single" is the median step time over `single`'s at 1 rank.
+# Exits 2 on a bad argument, strategy or --set, said before anything starts; 1 when a run
+# failed: the other runs still go, and each failure is named with the trainer's own words.
 set -euo pipefail
-build=$(cd "$1" && pwd)
-mkdir -p "$2"
-out=$(cd "$2" && pwd)
+# The usage lines of the comment above.
+usage() { sed -n '/^#   usage:/,/^#   Further --set/s/^#   //p' "$0"; }
+# One line naming the problem, and exit 2: nothing has been started.
+die() { echo "sweep_strategies.sh: $*" >&2; exit 2; }
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
+(($# >= 2)) && [[ $1 != -* && $2 != -* ]] || { usage >&2; exit 2; }  # BUILD_DIR or OUT_DIR left out
+[ -x "$1/trainer" ] || die "$1/trainer: no trainer there (BUILD_DIR is the build directory)"
+build_arg=$1 out_arg=$2
 shift 2
 ranks="1 2" strategies="single ddp zero" steps=200 repeat=3 config=configs/fashion_mnist.toml
 sets=()
 while (($#)); do
   case $1 in
-    --ranks) ranks=$2; shift 2 ;;
-    --strategies) strategies=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --repeat) repeat=$2; shift 2 ;;
-    --config) config=$2; shift 2 ;;
-    --set) sets+=(--set "$2"); shift 2 ;;
-    *) echo "sweep_strategies.sh: unknown option $1" >&2; exit 2 ;;
+    --ranks | --strategies | --steps | --repeat | --config | --set)
+      (($# >= 2)) || { echo "sweep_strategies.sh: $1 needs a value" >&2; usage >&2; exit 2; } ;;
+    *) echo "sweep_strategies.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
+  case $1 in
+    --ranks) ranks=$2 ;;
+    --strategies) strategies=$2 ;;
+    --steps) steps=$2 ;;
+    --repeat) repeat=$2 ;;
+    --config) config=$2 ;;
+    --set) sets+=(--set "$2") ;;
+  esac
+  shift 2
 done
-cd "$(dirname "$0")/.."
+# $2 as a whole number of at least $3, or exit naming option $1 and $4, why that least.
+whole() {
+  [[ $2 =~ ^[0-9]+$ ]] && ((10#$2 >= $3)) ||
+    die "$1 \"$2\": give a whole number of at least $3${4:+ ($4)}"
+}
+# train.max_steps=0 means every epoch, and the figures leave out the first logged interval.
+whole --steps "$steps" 2 "the figures average the logged intervals after the first"
+whole --repeat "$repeat" 1
+[ -n "${ranks// /}" ] || die "--ranks is empty"
+given=$ranks ranks=""
+for n in $given; do whole --ranks "$n" 1; ranks+="${ranks:+ }$((10#$n))"; done  # 08 is not octal
+steps=$((10#$steps)) repeat=$((10#$repeat))
 
-echo "ranks,strategy,repeat,step_ms,img_per_s,comm_ms,exposed_ms,comm_mb,optimizer_state_mb,loss,ps_wait_ms,ps_staleness,parameters_mb,gradients_mb,device_peak_mb,ps_delivery_ms,ps_shares_missing" \
-  >"$out/sweep.csv"
+forms='single, ddp, ddp:param, ddp:bf16, zero, zero:stageN or ps[:OPTION+OPTION...]'
+forms+=' (--help lists the options)'
 # The --set options of strategy spec $1 (see --strategies) into $variant, and in $servers the
-# ranks it adds beside the workers.
+# ranks it adds beside the workers; an option of another strategy is refused, as the trainer
+# would only warn that it has no effect.
 strategy_sets() {
-  variant=(--set dist.strategy="${1%%:*}")
+  local base=${1%%:*}
+  [[ $1 =~ ^[a-z]+(:[a-z0-9]+(\+[a-z0-9]+)*)?$ ]] && [[ $base =~ ^(single|ddp|zero|ps)$ ]] ||
+    die "unknown strategy \"$1\": give $forms"
+  variant=(--set dist.strategy="$base")
   servers=0
   [[ $1 == *:* ]] || return 0
   local option
   for option in $(tr '+' ' ' <<<"${1#*:}"); do
-    case $option in
-      bsp | async) variant+=(--set dist.ps.consistency="$option") ;;
-      messages | collectives | p2p) variant+=(--set dist.ps.transport="$option") ;;
-      newest | exact | partial) variant+=(--set dist.ps.ssp_reads="$option") ;;
-      predict) variant+=(--set dist.ps.predict_weights=true) ;;
-      shared | communicator) variant+=(--set dist.ps.p2p_links="$option") ;;
-      ctas[0-9]*) variant+=(--set dist.ps.link_ctas="${option#ctas}") ;;
-      previews[0-9]*) variant+=(--set dist.ps.previews="${option#previews}") ;;
-      wait[0-9]*) variant+=(--set dist.ps.partial_wait="$(awk "BEGIN { print ${option#wait} / 100 }")") ;;
-      sync[0-9]*) variant+=(--set dist.ps.sync_steps="${option#sync}") ;;
-      fillmean | fillzero) variant+=(--set dist.ps.preview_fill="${option#fill}") ;;
-      ssp[0-9]*) variant+=(--set dist.ps.consistency=ssp --set dist.ps.staleness="${option#ssp}") ;;
-      stage[0-9]*) variant+=(--set dist.zero.stage="${option#stage}") ;;
-      param | bf16) variant+=(--set dist.ddp.reduce_dtype="$option") ;;
-      dedicated[0-9]*)
+    # A number ends an option, so the patterns below as ssp[0-9]* take ssp12, not ssp1x.
+    [[ $option =~ ^[a-z]+[0-9]*$ ]] || die "unknown option \"$option\" in \"$1\": give $forms"
+    case $base:$option in
+      ps:bsp | ps:async) variant+=(--set dist.ps.consistency="$option") ;;
+      ps:messages | ps:collectives | ps:p2p) variant+=(--set dist.ps.transport="$option") ;;
+      ps:newest | ps:exact | ps:partial) variant+=(--set dist.ps.ssp_reads="$option") ;;
+      ps:predict) variant+=(--set dist.ps.predict_weights=true) ;;
+      ps:shared | ps:communicator) variant+=(--set dist.ps.p2p_links="$option") ;;
+      ps:ctas[0-9]*) variant+=(--set dist.ps.link_ctas="${option#ctas}") ;;
+      ps:previews[0-9]*) variant+=(--set dist.ps.previews="${option#previews}") ;;
+      ps:wait[0-9]*) variant+=(--set dist.ps.partial_wait="$(awk "BEGIN { print ${option#wait} / 100 }")") ;;
+      ps:sync[0-9]*) variant+=(--set dist.ps.sync_steps="${option#sync}") ;;
+      ps:fillmean | ps:fillzero) variant+=(--set dist.ps.preview_fill="${option#fill}") ;;
+      ps:ssp[0-9]*) variant+=(--set dist.ps.consistency=ssp --set dist.ps.staleness="${option#ssp}") ;;
+      zero:stage[0-9]*) variant+=(--set dist.zero.stage="${option#stage}") ;;
+      ddp:param | ddp:bf16) variant+=(--set dist.ddp.reduce_dtype="$option") ;;
+      ps:dedicated[0-9]*)
         servers=${option#dedicated}
         variant+=(--set dist.ps.placement=dedicated --set dist.ps.servers="$servers") ;;
-      *) echo "sweep_strategies.sh: unknown option \"$option\" in \"$1\"" >&2; exit 2 ;;
+      *) die "unknown option \"$option\" in \"$1\": give $forms" ;;
     esac
   done
 }
+# Every spec checked, and something left to run, before anything starts.
+[ -n "${strategies// /}" ] || die "--strategies is empty"
+runs=0
+for strategy in $strategies; do
+  strategy_sets "$strategy"
+  for n in $ranks; do [ "$strategy" = single ] && [ "$n" -ne 1 ] || runs=$((runs + repeat)); done
+done
+((runs > 0)) || die "nothing to run: \`single\` runs at 1 rank only, and --ranks is \"$ranks\""
 
+build=$(cd "$build_arg" && pwd)
+cd "$(dirname "$0")/.."
+[ -f "$config" ] || die "--config $config: no such file (a relative path is from $PWD)"
+log_every=$((steps / 5 > 0 ? steps / 5 : 1))
+# The job as every run gets it, loaded once (no ranks, a second or two): a bad --set or config
+# is said in the trainer's words before anything launches, not once per run.
+if ! checked=$("$build/trainer" --print-config --config "$config" --set train.max_steps="$steps" \
+  --set run.log_every="$log_every" "${sets[@]}" 2>&1 >/dev/null); then
+  echo "$checked" >&2
+  die "the job does not load (above: the trainer's words); nothing was run"
+fi
+mkdir -p "$out_arg"
+out=$(cd "$out_arg" && pwd)
+
+echo "ranks,strategy,repeat,step_ms,img_per_s,comm_ms,exposed_ms,comm_mb,optimizer_state_mb,loss,ps_wait_ms,ps_staleness,parameters_mb,gradients_mb,device_peak_mb,ps_delivery_ms,ps_shares_missing" \
+  >"$out/sweep.csv"
+# What the trainer said on failing, from log $1: its error lines, else its last lines, leaving
+# out mpirun's banners (between lines of dashes) and mpirun.sh's notes; mpirun's own last lines
+# where the trainer said nothing (killed by a signal, say).
+trainer_said() {
+  local own errors
+  own=$(awk '/^----------+$/ { banner = !banner; next }
+             !banner && NF && !/^mpirun\.sh: / && !seen[$0]++' "$1")
+  errors=$(grep -E '^(\[rank [0-9]+\] )?error: ' <<<"$own" | head -3 || true)
+  if [ -n "$errors" ]; then echo "$errors"
+  elif [ -n "$own" ]; then tail -3 <<<"$own"
+  else grep . "$1" | tail -4 || true
+  fi
+}
+failed=() skipped=0
 for n in $ranks; do
   for strategy in $strategies; do
     [ "$strategy" = single ] && [ "$n" -ne 1 ] && continue
@@ -89,16 +156,32 @@ for n in $ranks; do
     for r in $(seq 1 "$repeat"); do
       name="np${n}_${strategy//[:+]/_}_r$r"
       rm -rf "${out:?}/$name"  # a rerun into OUT_DIR replaces this sweep's own earlier run
-      if ! scripts/mpirun.sh -np $((n + servers)) --oversubscribe --bind-to none "$build/trainer" \
+      code=0
+      scripts/mpirun.sh -np $((n + servers)) --oversubscribe --bind-to none "$build/trainer" \
         --config "$config" --set run.out_dir="$out" --set run.name="$name" \
-        "${variant[@]}" --set train.max_steps="$steps" \
-        --set run.log_every=$((steps / 5 > 0 ? steps / 5 : 1)) "${sets[@]}" \
-        >"$out/$name.log" 2>&1; then
-        echo "$name failed:" >&2
-        tail -5 "$out/$name.log" >&2
-        continue
-      fi
-      python3 - "$out/$name/metrics.jsonl" "$n" "$strategy" "$r" >>"$out/sweep.csv" <<'PY'
+        "${variant[@]}" --set train.max_steps="$steps" --set run.log_every="$log_every" \
+        "${sets[@]}" >"$out/$name.log" 2>&1 || code=$?
+      case $code in
+        0) ;;
+        # mpirun.sh's codes for a stop asked by a signal (Ctrl-C): the sweep stops too, where
+        # it would otherwise go on to the next run.
+        129 | 130 | 138 | 143)
+          echo "sweep_strategies.sh: stopped by a signal during $name (log: $out/$name.log)" >&2
+          exit "$code" ;;
+        *)
+          said=$(trainer_said "$out/$name.log")
+          echo "$name failed (exit $code, log: $out/$name.log):" >&2
+          sed 's/^/  /' <<<"$said" >&2
+          failed+=("$name: $(head -1 <<<"$said")")
+          # 2 is a config or usage error, the same on every repeat.
+          if ((code == 2 && r < repeat)); then
+            echo "  (its other repeats skipped: exit 2 is a config error, the same each time)" >&2
+            skipped=$((skipped + repeat - r))
+            break
+          fi
+          continue ;;
+      esac
+      if ! python3 - "$out/$name/metrics.jsonl" "$n" "$strategy" "$r" >>"$out/sweep.csv" <<'PY'
 import json, sys
 records = [json.loads(line) for line in open(sys.argv[1])]
 steps = [r for r in records if r["kind"] == "step"][1:]
@@ -117,13 +200,19 @@ print(",".join([sys.argv[2], sys.argv[3], sys.argv[4], mean("time/step_ms", 2),
                 mean("memory/gradients_mb", 3),
                 peak_mb(records), mean("ps/delivery_ms", 2), mean("ps/shares_missing", 2)]))
 PY
+      then
+        failed+=("$name: its $out/$name/metrics.jsonl could not be read (above)")
+      fi
     done
   done
 done
 
-python3 - "$out/sweep.csv" <<'PY'
+table=0
+python3 - "$out/sweep.csv" <<'PY' || table=$?
 import csv, statistics, sys
 rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["step_ms"]]
+if not rows:
+    sys.exit("sweep_strategies.sh: no run completed: no table")
 points = {}
 for r in rows:
     points.setdefault((int(r["ranks"]), r["strategy"]), []).append(r)
@@ -153,3 +242,12 @@ for (ranks, strategy), runs in sorted(points.items()):
           f"{text(median(runs, 'ps_staleness'), 2)} | {text(median(runs, 'ps_delivery_ms'), 2)} | "
           f"{text(median(runs, 'ps_shares_missing'), 2)} |")
 PY
+# The runs that failed, once more after the table, and an exit that says so.
+if ((${#failed[@]})); then
+  also=""
+  ((skipped)) && also=" and $skipped skipped"
+  echo "sweep_strategies.sh: of $runs run(s), ${#failed[@]} failed$also (logs in $out):" >&2
+  printf '  %s\n' "${failed[@]}" >&2
+  exit 1
+fi
+exit "$table"
