@@ -233,14 +233,22 @@ FieldErrors DistOptions::validate(const DistContext& context) const {
   }
   if (compression.has_residuals() && (context.fp16_loss_scaling || context.skip_nonfinite)) {
     // A residual keeps what a step did not send: a loss-scaled or non-finite gradient in it
-    // would spoil every later step.
+    // would spoil every later step. The hint changes only what is set: fp16 loss scaling is
+    // CUDA's (the trainer reports none on CPU, where fp16 is refused on its own), so a CPU
+    // run is told to stop on non-finite losses alone.
+    const bool both = context.fp16_loss_scaling && context.skip_nonfinite;
+    const std::string with =
+        std::string(context.fp16_loss_scaling ? "fp16 loss scaling (train.precision = "
+                                                "\"fp16\")"
+                                              : "") +
+        (both ? " and " : "") + (context.skip_nonfinite ? "train.nonfinite = \"skip\"" : "");
+    const std::string use =
+        std::string(context.fp16_loss_scaling ? "train.precision = \"bf16\" (or \"fp32\")"
+                                              : "") +
+        (both ? " and " : "") + (context.skip_nonfinite ? "train.nonfinite = \"stop\"" : "");
     errors.push_back({"compression.error_feedback",
-                      fmt::format("\"{}\" with error feedback is not available with {}; use "
-                                  "train.precision = \"bf16\" and train.nonfinite = \"stop\"",
-                                  compression.kind,
-                                  context.fp16_loss_scaling
-                                      ? "fp16 loss scaling (train.precision = \"fp16\")"
-                                      : "train.nonfinite = \"skip\"")});
+                      fmt::format("\"{}\" with error feedback is not available with {}; use {}",
+                                  compression.kind, with, use)});
   }
   if (strategy == StrategyKind::kPs) {
     // A worker's pushes of a step are applied when its step() arrives: every step must end
@@ -335,6 +343,25 @@ DistOptions DistOptions::resolved(const DistContext& context) const {
   return options;
 }
 
+namespace {
+
+// Whether codec `kind` reads [dist.compression] key `name` (dist/compression/codec.cpp builds
+// the codecs, dist/ps/push_codec.cpp their parameter-server pushes): the casts read only the
+// warm-up, each other codec its own parameter and the error feedback, topk also DGC's keys.
+bool codec_reads(const std::string& kind, const std::string& name) {
+  if (kind == "none") return name == "kind";
+  if (name == "kind" || name == "warmup_steps") return true;
+  if (name == "error_feedback") return kind == "topk" || kind == "powersgd" || kind == "onebit";
+  if (name == "ratio" || name == "momentum" || name == "sparsity_warmup_steps") {
+    return kind == "topk";
+  }
+  if (name == "rank") return kind == "powersgd";
+  if (name == "chunk") return kind == "onebit";
+  return true;
+}
+
+}  // namespace
+
 FieldErrors DistOptions::unused_keys() const {
   FieldErrors warnings;
   for (const std::string& key : changed_keys(*this)) {
@@ -364,6 +391,13 @@ FieldErrors DistOptions::unused_keys() const {
     } else if (key == "ps.link_ctas" && ps.p2p_links == "shared") {
       warnings.push_back({key, "has no effect under dist.ps.p2p_links = \"shared\" (no kernel "
                                "carries the links)"});
+    } else if (section == "compression" && !codec_reads(compression.kind, key.substr(dot + 1))) {
+      warnings.push_back({key, fmt::format("has no effect under dist.compression.kind = \"{}\"",
+                                           compression.kind)});
+    } else if (key == "compression.momentum" && !compression.error_feedback) {
+      // TopkCodec and the ps pushes keep the velocity beside the residual, or not at all.
+      warnings.push_back({key, "has no effect under dist.compression.error_feedback = false "
+                               "(DGC's momentum correction accumulates into the residual)"});
     }
   }
   return warnings;

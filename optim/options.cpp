@@ -1,6 +1,27 @@
 #include "optim/options.h"
 
+#include <fmt/format.h>
+
 namespace dtrain::optim {
+
+namespace {
+
+// Whether optimizer `name` reads key `key`, as make_optimizer (optimizer.cpp) passes them on.
+bool optimizer_reads(const std::string& name, const std::string& key) {
+  const bool sgd = name == "sgd", adamw = name == "adamw", lars = name == "lars",
+             lamb = name == "lamb";
+  if (key == "momentum") return sgd || lars;
+  if (key == "nesterov") return sgd;
+  if (key == "beta1" || key == "beta2" || key == "eps") return adamw || lamb;
+  if (key == "adapt_norm_and_bias" || key == "trust_eps" || key == "max_trust_ratio") {
+    return lars || lamb;
+  }
+  if (key == "trust_coefficient") return lars;  // LAMB's ratio is ||w|| / ||r||, no eta
+  if (key == "max_grad_norm") return lamb;
+  return true;  // name, lr, weight_decay, decay_norm_and_bias: every optimizer
+}
+
+}  // namespace
 
 void OptimizerOptions::declare(OptionSpecs& keys) {
   keys.add("name", &name,
@@ -53,6 +74,16 @@ FieldErrors OptimizerOptions::validate() const {
     errors.push_back({"nesterov", "needs name = \"sgd\" and momentum > 0"});
   }
   return errors;
+}
+
+FieldErrors OptimizerOptions::unused_keys() const {
+  FieldErrors warnings;
+  for (const std::string& key : changed_keys(*this)) {
+    // nesterov = true under another optimizer is an error already (validate).
+    if (key == "nesterov" || optimizer_reads(name, key)) continue;
+    warnings.push_back({key, fmt::format("has no effect under optim.name = \"{}\"", name)});
+  }
+  return warnings;
 }
 
 OptimizerOptions OptimizerOptions::resolved() const {

@@ -53,6 +53,9 @@ struct OptimizerOptions {
 
   void declare(OptionSpecs& keys);
   FieldErrors validate() const;
+  // Keys set to something other than their defaults that the chosen optimizer does not read
+  // (optimizer.cpp): they have no effect (warnings, not errors).
+  FieldErrors unused_keys() const;
   // These options with every "the optimizer's default" (eps = 0) replaced by the chosen
   // optimizer's value; an optimizer that does not use the key keeps 0.
   OptimizerOptions resolved() const;

@@ -85,14 +85,79 @@ toml::table read_file(const std::string& path) {
   }
 }
 
+// The declared keys by path, and the section paths ("dist", "dist.ddp") that hold them.
+struct KeyTable {
+  std::map<std::string, const OptionSpec*> by_path;
+  std::vector<std::string> paths;
+  std::set<std::string> sections;
+  std::vector<std::string> top_sections;
+
+  explicit KeyTable(const OptionSpecs& root) {
+    for (const KeyPath& key : key_paths(root)) {
+      by_path[key.path] = key.key;
+      paths.push_back(key.path);
+      for (size_t dot = key.path.find('.'); dot != std::string::npos;
+           dot = key.path.find('.', dot + 1)) {
+        sections.insert(key.path.substr(0, dot));
+      }
+    }
+    for (const OptionSpecs& section : root.sections()) top_sections.push_back(section.name());
+  }
+
+  // The sections directly inside `parent` ("": the top-level ones).
+  std::vector<std::string> subsections_of(const std::string& parent) const {
+    if (parent.empty()) return top_sections;
+    std::vector<std::string> inner;
+    for (const std::string& section : sections) {
+      if (section.size() > parent.size() + 1 && section.compare(0, parent.size(), parent) == 0 &&
+          section[parent.size()] == '.' &&
+          section.find('.', parent.size() + 1) == std::string::npos) {
+        inner.push_back(section);
+      }
+    }
+    return inner;
+  }
+};
+
+// The problem of an override's key whose sections are not all declared ("dist.zer.stage",
+// "foo.bar", "optim.lr.x"), as "--set KEY: problem"; "" otherwise. A misspelt last part is
+// left to read_table, which reports it as it reports the file's keys.
+std::string override_path_problem(const std::string& key, const KeyTable& keys) {
+  std::string parent;
+  for (size_t dot = key.find('.'); dot != std::string::npos; dot = key.find('.', dot + 1)) {
+    const std::string section = key.substr(0, dot);
+    if (keys.sections.count(section) > 0) {
+      parent = section;
+      continue;
+    }
+    if (keys.by_path.count(section) > 0) {
+      return fmt::format("--set {}: {} is a key, not a section; set it as --set {}=VALUE", key,
+                         section, section);
+    }
+    // The whole key respelt where one is near ("dist.zero.stage"), else the section.
+    std::string hint = did_you_mean(key, keys.paths);
+    if (hint.empty()) hint = did_you_mean(section, keys.subsections_of(parent));
+    return fmt::format("--set {}: unknown section {}{}", key, section, hint);
+  }
+  return "";
+}
+
+
+
 // "section.key=value": the value is TOML (1e-3, true, [1, 2], "text"), or a bare word.
-void apply_override(toml::table& root, const std::string& assignment, Problems& problems) {
+void apply_override(toml::table& root, const std::string& assignment, const KeyTable& keys,
+                    Problems& problems) {
   const size_t equals = assignment.find('=');
   const std::string key = assignment.substr(0, equals);
   const size_t dot = key.find('.');
   if (equals == std::string::npos || dot == std::string::npos || dot == 0 ||
       key.back() == '.' || key.find("..") != std::string::npos) {
     problems.add_from_set(fmt::format("--set {}: expected section.key=value", assignment));
+    return;
+  }
+  const std::string path_problem = override_path_problem(key, keys);
+  if (!path_problem.empty()) {
+    problems.add_from_set(path_problem);
     return;
   }
   const std::string value = assignment.substr(equals + 1);
@@ -139,26 +204,6 @@ void apply_override(toml::table& root, const std::string& assignment, Problems& 
   // Nodes moved out of `parsed` keep its source, so errors on them read "--set key: ...".
 }
 
-// The declared keys by path, and the section paths ("dist", "dist.ddp") that hold them.
-struct KeyTable {
-  std::map<std::string, const OptionSpec*> by_path;
-  std::vector<std::string> paths;
-  std::set<std::string> sections;
-  std::vector<std::string> top_sections;
-
-  explicit KeyTable(const OptionSpecs& root) {
-    for (const KeyPath& key : key_paths(root)) {
-      by_path[key.path] = key.key;
-      paths.push_back(key.path);
-      for (size_t dot = key.path.find('.'); dot != std::string::npos;
-           dot = key.path.find('.', dot + 1)) {
-        sections.insert(key.path.substr(0, dot));
-      }
-    }
-    for (const OptionSpecs& section : root.sections()) top_sections.push_back(section.name());
-  }
-};
-
 // Stores every key of `table` (the section at `prefix`), descending into subsections; the keys
 // that could not be stored go to `unread`.
 void read_table(const toml::table& table, const std::string& prefix, const KeyTable& keys,
@@ -171,8 +216,16 @@ void read_table(const toml::table& table, const std::string& prefix, const KeyTa
       if (problem.empty()) continue;
       problems.add(path, node.source(), problem);
       unread.insert(path);
-    } else if (node.is_table() && keys.sections.count(path) > 0) {
-      read_table(*node.as_table(), path, keys, unread, problems);
+    } else if (keys.sections.count(path) > 0) {
+      if (node.is_table()) {
+        read_table(*node.as_table(), path, keys, unread, problems);
+      } else {
+        problems.add(path, node.source(),
+                     fmt::format("is a section, not a key (its keys read {}.KEY)", path));
+      }
+    } else if (node.is_table()) {
+      problems.add(path, node.source(),
+                   "unknown section" + did_you_mean(path, keys.subsections_of(prefix)));
     } else {
       problems.add(path, node.source(), "unknown key" + did_you_mean(path, keys.paths));
     }
@@ -204,10 +257,12 @@ void report(const FieldErrors& errors, const std::string& section, const toml::t
   }
 }
 
-// What dist needs to know of the trainer's sections.
+// What dist needs to know of the trainer's sections. Autocast is CUDA's: on run.device =
+// "cpu" a precision other than fp32 is refused on its own (validate_sections), so dist's rules
+// about fp16 loss scaling would only add hints ("use bf16") that a CPU run cannot follow.
 dist::DistContext dist_context(const Config& config) {
   dist::DistContext context;
-  context.fp16_loss_scaling = config.train.precision == "fp16";
+  context.fp16_loss_scaling = config.train.precision == "fp16" && config.run.device != "cpu";
   context.skip_nonfinite = config.train.nonfinite == "skip";
   context.sync_batchnorm = config.model.sync_batchnorm;
   context.bf16_compute = config.train.precision == "bf16";
@@ -223,6 +278,7 @@ void validate_sections(const Config& config, const toml::table& root,
   report(config.model.validate(), "model", root, unread, problems);
   report(config.data.validate(), "data", root, unread, problems);
   report(config.optim.validate(), "optim", root, unread, problems);
+  report(config.optim.unused_keys(), "optim", root, unread, warnings);
   report(config.schedule.validate(), "schedule", root, unread, problems);
   report(config.dist.validate(dist_context(config)), "dist", root, unread, problems);
   report(config.dist.unused_keys(), "dist", root, unread, warnings);
@@ -262,6 +318,20 @@ void validate_sections(const Config& config, const toml::table& root,
                              "use transport \"collectives\" or \"messages\", or \"sgd\" "
                              "or \"adamw\"",
                              config.optim.name));
+  }
+  const dist::CompressionOptions& compression = config.dist.compression;
+  const bool optimizer_momentum = config.optim.name == "sgd" || config.optim.name == "lars";
+  if (config.dist.strategy != dist::StrategyKind::kSingle && compression.kind == "topk" &&
+      compression.error_feedback && compression.momentum > 0 && optimizer_momentum &&
+      config.optim.momentum > 0) {
+    // DGC's momentum correction accumulates the momentum before compression
+    // (dist/compression/topk.cpp): the optimizer's own would apply it a second time.
+    warnings.add("dist.compression.momentum", source_of(root, "dist.compression.momentum"),
+                 fmt::format("DGC's momentum correction with optim.momentum = {} (optim.name = "
+                             "\"{}\") applies momentum twice; give the optimizer none: "
+                             "optim.momentum = 0{}",
+                             config.optim.momentum, config.optim.name,
+                             config.optim.nesterov ? " and optim.nesterov = false" : ""));
   }
   if (config.model.name == "simple_cnn" && config.model.zero_init_residual) {
     warnings.add("model.zero_init_residual", source_of(root, "model.zero_init_residual"),
@@ -311,12 +381,14 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   const std::string file = path.empty() ? "<defaults>" : path;
   Problems problems(file);
   Problems warned(file);
-  for (const std::string& assignment : overrides) apply_override(root, assignment, problems);
-
   Config config;
   const OptionSpecs declared = config_keys(config);
+  const KeyTable keys(declared);
+  for (const std::string& assignment : overrides) {
+    apply_override(root, assignment, keys, problems);
+  }
   std::set<std::string> unread;
-  read_root(root, KeyTable(declared), unread, problems);
+  read_root(root, keys, unread, problems);
   validate_sections(config, root, unread, problems, warned);
   warnings = warned.take();
   if (!problems.empty()) throw ConfigError(problems.take());

@@ -110,7 +110,7 @@ std::optional<CodecState> read_codec_state(const std::string& dir, const std::st
   archive.read("kind", written_kind);
   archive.read("world_size", writers);
   if (written_kind.toStringRef() != kind) {
-    log::info("{}: codec state of \"{}\", not \"{}\": the codec starts fresh", first,
+    log::warn("{}: codec state of \"{}\", not \"{}\": the codec starts fresh", first,
               written_kind.toStringRef(), kind);
     return std::nullopt;
   }

@@ -161,6 +161,39 @@ slow_factor = 0.5
                                  "value >= 1"});
 }
 
+TEST_CASE("error feedback's refusal names only what the run set, and nothing a CPU cannot do",
+          "[config]") {
+  const std::vector<std::string> topk = {"dist.strategy=ddp", "dist.compression.kind=topk"};
+  const auto with = [&](std::vector<std::string> settings) {
+    settings.insert(settings.begin(), topk.begin(), topk.end());
+    return problems_of("", settings);
+  };
+  CHECK(with({"run.device=cpu", "train.nonfinite=skip"}) ==
+        std::vector<std::string>{"<defaults>: dist.compression.error_feedback: \"topk\" with "
+                                 "error feedback is not available with train.nonfinite = "
+                                 "\"skip\"; use train.nonfinite = \"stop\""});
+  CHECK(with({"train.nonfinite=skip"}) == with({"run.device=cpu", "train.nonfinite=skip"}));
+  CHECK(with({"run.device=cuda", "train.precision=fp16"}) ==
+        std::vector<std::string>{"<defaults>: dist.compression.error_feedback: \"topk\" with "
+                                 "error feedback is not available with fp16 loss scaling "
+                                 "(train.precision = \"fp16\"); use train.precision = \"bf16\" "
+                                 "(or \"fp32\")"});
+  const std::vector<std::string> both =
+      with({"run.device=cuda", "train.precision=fp16", "train.nonfinite=skip"});
+  REQUIRE(both.size() == 1);
+  CHECK(contains(both[0], "with fp16 loss scaling (train.precision = \"fp16\") and "
+                          "train.nonfinite = \"skip\"; use train.precision = \"bf16\" (or "
+                          "\"fp32\") and train.nonfinite = \"stop\""));
+  // On CPU fp16 is refused as autocast, with the one hint a CPU run can follow.
+  const std::vector<std::string> cpu_fp16 = with({"run.device=cpu", "train.precision=fp16"});
+  REQUIRE(cpu_fp16.size() == 1);
+  CHECK(contains(cpu_fp16[0], "--set train.precision: \"fp16\" autocast needs CUDA"));
+  const std::vector<std::string> ps_cpu_fp16 =
+      problems_of("", {"dist.strategy=ps", "run.device=cpu", "train.precision=fp16"});
+  REQUIRE(ps_cpu_fp16.size() == 1);
+  CHECK(contains(ps_cpu_fp16[0], "use \"fp32\" on CPU"));
+}
+
 TEST_CASE("the strategy's requirements of the rest of the config come from dist", "[config]") {
   CHECK(problems_of("", {"dist.strategy=ps", "train.precision=fp16"}) ==
         std::vector<std::string>{"--set dist.strategy: fp16 loss scaling (train.precision = "
@@ -247,6 +280,135 @@ overlap = false
   const Config zero = load_config("", {"dist.strategy=zero"});
   const std::string resolved = write_config("zero_resolved.toml", dtrain::trainer::to_toml(zero));
   CHECK(warnings_of(resolved).empty());
+}
+
+TEST_CASE("a compression key the chosen codec does not read is a warning", "[config]") {
+  const std::string path = write_config("codec_keys.toml", R"([dist]
+strategy = "ddp"
+[dist.compression]
+kind = "powersgd"
+ratio = 0.05
+momentum = 0.9
+)");
+  CHECK(warnings_of(path, {"dist.compression.sparsity_warmup_steps=100"}) ==
+        std::vector<std::string>{
+            path + ":5: dist.compression.ratio: has no effect under dist.compression.kind = "
+                   "\"powersgd\"",
+            path + ":6: dist.compression.momentum: has no effect under dist.compression.kind = "
+                   "\"powersgd\"",
+            "--set dist.compression.sparsity_warmup_steps: has no effect under "
+            "dist.compression.kind = \"powersgd\""});
+  const std::vector<std::string> ddp = {"dist.strategy=ddp"};
+  const auto with = [&](std::vector<std::string> settings) {
+    settings.insert(settings.begin(), ddp.begin(), ddp.end());
+    return warnings_of("", settings);
+  };
+  CHECK(with({"dist.compression.kind=fp16", "dist.compression.ratio=0.1",
+              "dist.compression.error_feedback=false", "dist.compression.warmup_steps=10"}) ==
+        std::vector<std::string>{
+            "--set dist.compression.ratio: has no effect under dist.compression.kind = "
+            "\"fp16\"",
+            "--set dist.compression.error_feedback: has no effect under dist.compression.kind "
+            "= \"fp16\""});
+  CHECK(with({"dist.compression.warmup_steps=10", "dist.compression.rank=2"}) ==
+        std::vector<std::string>{
+            "--set dist.compression.rank: has no effect under dist.compression.kind = \"none\"",
+            "--set dist.compression.warmup_steps: has no effect under dist.compression.kind = "
+            "\"none\""});
+  CHECK(with({"dist.compression.kind=onebit", "dist.compression.chunk=64",
+              "dist.compression.rank=2"}) ==
+        std::vector<std::string>{"--set dist.compression.rank: has no effect under "
+                                 "dist.compression.kind = \"onebit\""});
+  CHECK(with({"dist.compression.kind=topk", "dist.compression.ratio=0.1",
+              "dist.compression.sparsity_warmup_steps=100", "dist.compression.chunk=64"}) ==
+        std::vector<std::string>{"--set dist.compression.chunk: has no effect under "
+                                 "dist.compression.kind = \"topk\""});
+  CHECK(with({"dist.compression.kind=topk", "dist.compression.momentum=0.9",
+              "dist.compression.error_feedback=false", "optim.momentum=0"}) ==
+        std::vector<std::string>{"--set dist.compression.momentum: has no effect under "
+                                 "dist.compression.error_feedback = false (DGC's momentum "
+                                 "correction accumulates into the residual)"});
+  CHECK(with({"dist.compression.kind=powersgd", "dist.compression.rank=2",
+              "dist.compression.error_feedback=false"})
+            .empty());
+  // Values left at their defaults say nothing, nor does the resolved config of a codec run.
+  const Config topk = load_config("", {"dist.strategy=ddp", "dist.compression.kind=topk"});
+  CHECK(warnings_of(write_config("topk_resolved.toml", dtrain::trainer::to_toml(topk))).empty());
+}
+
+TEST_CASE("DGC's momentum correction beside the optimizer's momentum is a warning", "[config]") {
+  const std::vector<std::string> dgc = {"dist.strategy=ddp", "dist.compression.kind=topk",
+                                        "dist.compression.momentum=0.9"};
+  const auto with = [&](std::vector<std::string> settings) {
+    settings.insert(settings.begin(), dgc.begin(), dgc.end());
+    return warnings_of("", settings);
+  };
+  // optim.momentum at its default (0.9) counts: sgd applies it.
+  CHECK(with({}) == std::vector<std::string>{
+                        "--set dist.compression.momentum: DGC's momentum correction with "
+                        "optim.momentum = 0.9 (optim.name = \"sgd\") applies momentum twice; "
+                        "give the optimizer none: optim.momentum = 0"});
+  const std::vector<std::string> nesterov = with({"optim.nesterov=true"});
+  REQUIRE(nesterov.size() == 1);
+  CHECK(contains(nesterov[0], "optim.momentum = 0 and optim.nesterov = false"));
+  const std::vector<std::string> lars = with({"optim.name=lars", "optim.momentum=0.8"});
+  REQUIRE(lars.size() == 1);
+  CHECK(contains(lars[0], "optim.momentum = 0.8 (optim.name = \"lars\")"));
+  CHECK(with({"optim.momentum=0"}).empty());
+  CHECK(with({"optim.name=adamw"}).empty());  // adamw has no momentum buffer
+  // The shipped compressed config, as its comment says to run it.
+  const std::string compressed = std::string(DTRAIN_SOURCE_DIR) +
+                                 "/configs/fashion_mnist_compressed.toml";
+  const std::vector<std::string> shipped =
+      warnings_of(compressed, {"dist.compression.momentum=0.9"});
+  REQUIRE(shipped.size() == 1);
+  CHECK(contains(shipped[0], "--set dist.compression.momentum: DGC's momentum correction with "
+                             "optim.momentum = 0.9"));
+  CHECK(warnings_of(compressed, {"dist.compression.momentum=0.9", "optim.momentum=0",
+                                 "optim.nesterov=false"})
+            .empty());
+}
+
+TEST_CASE("an optimizer key the chosen optimizer does not read is a warning", "[config]") {
+  const std::string path = write_config("optim_keys.toml", R"([optim]
+name = "lamb"
+trust_coefficient = 0.01
+momentum = 0.8
+beta1 = 0.95
+max_grad_norm = 1.0
+)");
+  CHECK(warnings_of(path) ==
+        std::vector<std::string>{
+            path + ":3: optim.trust_coefficient: has no effect under optim.name = \"lamb\"",
+            path + ":4: optim.momentum: has no effect under optim.name = \"lamb\""});
+  CHECK(warnings_of(path, {"optim.name=lars"}) ==
+        std::vector<std::string>{
+            path + ":5: optim.beta1: has no effect under optim.name = \"lars\"",
+            path + ":6: optim.max_grad_norm: has no effect under optim.name = \"lars\""});
+  CHECK(warnings_of("", {"optim.beta1=0.8", "optim.eps=1e-7", "optim.trust_eps=1e-9",
+                         "optim.adapt_norm_and_bias=true", "optim.lr=0.2"}) ==
+        std::vector<std::string>{
+            "--set optim.beta1: has no effect under optim.name = \"sgd\"",
+            "--set optim.eps: has no effect under optim.name = \"sgd\"",
+            "--set optim.adapt_norm_and_bias: has no effect under optim.name = \"sgd\"",
+            "--set optim.trust_eps: has no effect under optim.name = \"sgd\""});
+  CHECK(warnings_of("", {"optim.name=adamw", "optim.momentum=0.5", "optim.max_trust_ratio=10"}) ==
+        std::vector<std::string>{
+            "--set optim.momentum: has no effect under optim.name = \"adamw\"",
+            "--set optim.max_trust_ratio: has no effect under optim.name = \"adamw\""});
+  CHECK(warnings_of("", {"optim.name=lars", "optim.momentum=0.8", "optim.trust_coefficient=0.01",
+                         "optim.max_trust_ratio=10", "optim.weight_decay=0"})
+            .empty());
+  CHECK(warnings_of("", {"optim.name=lamb", "optim.beta1=0.8", "optim.eps=1e-7",
+                         "optim.max_grad_norm=1", "optim.trust_eps=1e-9"})
+            .empty());
+  // Only keys set to something else than their defaults: sgd's momentum default under lamb
+  // says nothing, nor does a saved lamb run's config (eps resolved to 1e-6 in it).
+  CHECK(warnings_of("", {"optim.name=lamb"}).empty());
+  const Config lamb = load_config("", {"optim.name=lamb"});
+  CHECK(warnings_of(write_config("lamb_saved.toml", dtrain::trainer::to_toml(lamb))).empty());
+  // nesterov under another optimizer is an error, not also a warning.
+  CHECK(problems_of("", {"optim.name=adamw", "optim.nesterov=true"}).size() == 1);
 }
 
 TEST_CASE("dist.zero.stage: 1, 2 and 3 load, any other is one line naming the range",
@@ -434,6 +596,36 @@ TEST_CASE("--set overrides parse TOML values and bare words", "[config]") {
   const std::vector<std::string> not_utf8 = problems_of("", {"data.path=/data/\xff"});
   REQUIRE(not_utf8.size() == 1);
   CHECK(not_utf8[0].rfind("--set data.path: ", 0) == 0);
+}
+
+TEST_CASE("an override's unknown section or subsection is the override's, with a hint",
+          "[config]") {
+  const std::string path = write_config("plain.toml", "[optim]\nlr = 0.1\n");
+  CHECK(problems_of(path, {"dist.zer.stage=2"}) ==
+        std::vector<std::string>{"--set dist.zer.stage: unknown section dist.zer (did you mean "
+                                 "dist.zero.stage?)"});
+  CHECK(problems_of(path, {"dist.zer.foo=2"}) ==
+        std::vector<std::string>{"--set dist.zer.foo: unknown section dist.zer (did you mean "
+                                 "dist.zero?)"});
+  CHECK(problems_of(path, {"trian.epochs=3"}) ==
+        std::vector<std::string>{"--set trian.epochs: unknown section trian (did you mean "
+                                 "train.epochs?)"});
+  CHECK(problems_of(path, {"foo.bar=1"}) ==
+        std::vector<std::string>{"--set foo.bar: unknown section foo (did you mean run?)"});
+  CHECK(problems_of(path, {"optim.lr.x=1"}) ==
+        std::vector<std::string>{"--set optim.lr.x: optim.lr is a key, not a section; set it "
+                                 "as --set optim.lr=VALUE"});
+  CHECK(problems_of(path, {"dist.ddp=1"}) ==
+        std::vector<std::string>{"--set dist.ddp: is a section, not a key (its keys read "
+                                 "dist.ddp.KEY)"});
+  // Leaf keys, as before; the file's own problems keep their lines.
+  CHECK(problems_of(path, {"optim.lrr=1"}) ==
+        std::vector<std::string>{"--set optim.lrr: unknown key (did you mean optim.lr?)"});
+  const std::string bad = write_config("bad_subsection.toml", "[dist.zer]\nstage = 2\n");
+  CHECK(problems_of(bad, {"dist.zer.stage=3"}) ==
+        std::vector<std::string>{bad + ":1: dist.zer: unknown section (did you mean dist.zero?)",
+                                 "--set dist.zer.stage: unknown section dist.zer (did you mean "
+                                 "dist.zero.stage?)"});
 }
 
 TEST_CASE("subsections such as [dist.ddp] load, override and reject unknown keys", "[config]") {
