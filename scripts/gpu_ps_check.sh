@@ -150,4 +150,29 @@ if [ "$what" = dedicated ] || [ "$what" = all ]; then
   run_ded syncbn --set dist.ps.consistency=bsp --set model.sync_batchnorm=true
   run_ded resume --set train.max_steps=20 --set train.checkpoint_every=10
   run_ded resume --set train.checkpoint_every=10 --resume
+  # Stopped mid-run: scripts/mpirun.sh passes SIGTERM on as SIGUSR1, the server rank keeps
+  # serving until the workers' checkpoint holds its state, and the run resumes from it. The
+  # signal goes after a fixed wait (STOP_AFTER_S): the ranks' output through mpirun reaches
+  # the log in blocks here, so a wait for a step line may never end.
+  echo "== dedicated: SIGTERM after ${STOP_AFTER_S:-60} s, then resumed"
+  scripts/mpirun.sh -np $((gpus + 1)) --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE \
+    build-gpu/trainer "${ded[@]}" --set run.name=stopped --set train.max_steps=100000 \
+    >"$out/dedicated_stopped.log" 2>&1 &
+  pid=$!
+  sleep "${STOP_AFTER_S:-60}"
+  kill -TERM "$pid"
+  wait "$pid"
+  echo "exit code $? (143 expected)"
+  grep -E "stopped by|resume with" "$out/dedicated_stopped.log"
+  step=$(sed -n 's/.*stopped by SIG[A-Z0-9]* at step \([0-9]*\);.*/\1/p' "$out/dedicated_stopped.log")
+  ls "$out/dedicated/stopped/checkpoints" 2>&1
+  if [ -n "$step" ]; then
+    run_ded stopped --set train.max_steps=$((step + 10)) --resume
+    # The newest checkpoint damaged: rank 0 says which file on which rank fails, and why.
+    run_ded stopped --set train.max_steps=$((step + 20)) --resume
+    newest=$(ls -d "$out"/dedicated/stopped/checkpoints/step_* | tail -1)
+    for f in "$newest"/*.pt; do head -c 100 "$f" >"$f.cut" && mv "$f.cut" "$f"; done
+    run_ded stopped --set train.max_steps=$((step + 30)) --resume="$newest"
+    grep -iE "does not load|damaged|error" "$out/dedicated_stopped.log" | head -3
+  fi
 fi
