@@ -47,11 +47,14 @@ finish_within() {  # SECONDS: waits for $launcher; sets $status
 }
 
 name=tolerated
-train $name --enable-recovery --set dist.ps.tolerate_worker_loss=true
+# 15 s, not 5: after the last step the workers evaluate the whole test set while the server
+# waits, and on a loaded 2-core machine that took rank 0 past 5 s (the loss of rank 0, which
+# is not tolerated). Under async the other workers train on meanwhile, so it costs little.
+train $name --enable-recovery --set dist.ps.tolerate_worker_loss=true --set dist.timeout_s=15
 kill_rank1 $name
 finish_within 120
 [ "$status" -eq 0 ] || { tail -20 "$work/$name.log"; fail "$name: exit $status"; }
-grep -q "worker rank 1 sent nothing for dist.timeout_s = 5 s .* taken as lost; 2 of 3 workers" \
+grep -q "worker rank 1 sent nothing for dist.timeout_s = 15 s .* taken as lost; 2 of 3 workers" \
   "$work/$name.log" || fail "$name: server 0 did not report the loss"
 grep -q "final test accuracy" "$work/$name.log" || fail "$name: no final evaluation"
 test -f "$work/$name/checkpoints/step_00000300/DONE" || fail "$name: no final checkpoint"
