@@ -10,8 +10,11 @@
 # checkpoint, but it forwards SIGUSR1 to every rank at once. So mpirun runs here in a session of
 # its own (a terminal's Ctrl-C reaches this script only), and a SIGINT, SIGTERM or SIGUSR1 sent
 # to this script reaches the ranks as SIGUSR1: the trainer checkpoints and stops, and this
-# script exits 130, 143 or 138 as for the signal it got (SIGHUP likewise, 129). A second signal
-# stops the job at once. mpirun stays this script's child, so a killer of process trees ends it.
+# script exits 130, 143 or 138 as for the signal it got (SIGHUP likewise, 129). Not every
+# mpirun passes SIGUSR1 on (Open MPI 4.1.6 in a GPU machine's container dropped it, with no
+# word), so this script also sends it to the ranks mpirun started on this machine; one rank's
+# signal stops them all, and the trainer takes a repeated SIGUSR1 as one. A second signal stops
+# the job at once. mpirun stays this script's child, so a killer of process trees ends it.
 if [ "$(id -u)" = 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
@@ -43,13 +46,36 @@ if [ -n "$recovery" ] && [ "$recovery" != 0 ] && [ "$recovery" != false ]; then
 fi
 setsid mpirun "${extra[@]}" "$@" &
 pid=$!
+# The ranks on this machine: mpirun's children whose environment names their rank (not an ssh
+# to another node's daemon, which SIGUSR1 would end).
+local_ranks() {
+  local dir key value
+  for dir in /proc/[0-9]*; do
+    value=
+    while read -r key value; do [ "$key" = PPid: ] && break; done 2>/dev/null <"$dir/status"
+    [ "$value" = "$pid" ] || continue
+    tr '\0' '\n' <"$dir/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=' &&
+      echo "${dir#/proc/}"
+  done
+}
+# Whether mpirun has a handler for SIGUSR1 (bit 9 of its caught-signal mask): without one
+# (ess_base_forward_signals = none) the signal would end it, and the job with it, at once.
+mpirun_catches_usr1() {
+  local key mask
+  while read -r key mask; do [ "$key" = SigCgt: ] && break; done 2>/dev/null <"/proc/$pid/status"
+  [ -n "$mask" ] && (((0x$mask >> 9) & 1))
+}
 received=
 forward() {  # SIGNAL_NUMBER
   if [ -z "$received" ]; then
     received=$1
-    kill -USR1 "$pid" 2>/dev/null
+    local ranks
+    ranks=$(local_ranks)
+    mpirun_catches_usr1 && kill -USR1 "$pid" 2>/dev/null
+    [ -n "$ranks" ] && kill -USR1 $ranks 2>/dev/null
   else
     kill -TERM "$pid" 2>/dev/null
+    kill -KILL $(local_ranks) 2>/dev/null
   fi
 }
 trap 'forward 1' HUP  # the terminal went away: mpirun, in its own session, would not know

@@ -42,10 +42,14 @@ StopSignals::StopSignals() {
   struct sigaction action {};
   action.sa_handler = record_signal;
   sigemptyset(&action.sa_mask);
-  // SA_RESETHAND: the second signal of a kind ends the process. SA_RESTART: system calls the
-  // signal interrupts (reads, MPI's polls) resume instead of failing with EINTR.
-  action.sa_flags = SA_RESETHAND | SA_RESTART;
-  for (int i = 0; i < kNumSignals; ++i) sigaction(kSignals[i], &action, &g_previous[i]);
+  // SA_RESTART: system calls the signal interrupts (reads, MPI's polls) resume instead of
+  // failing with EINTR. SA_RESETHAND: a second SIGINT or SIGTERM ends the process. Not so a
+  // second SIGUSR1, which asks for nothing more: scripts/mpirun.sh sends it to the ranks of
+  // its machine itself as well as through mpirun, which does not always pass it on.
+  for (int i = 0; i < kNumSignals; ++i) {
+    action.sa_flags = SA_RESTART | (kSignals[i] == SIGUSR1 ? 0 : SA_RESETHAND);
+    sigaction(kSignals[i], &action, &g_previous[i]);
+  }
 }
 
 StopSignals::~StopSignals() {

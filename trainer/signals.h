@@ -14,8 +14,8 @@
 namespace dtrain::trainer {
 
 // Installs the handlers for its lifetime and restores the previous ones after. A handler only
-// records the signal; a second one of the same kind takes the default action (ends the
-// process), so a user who presses Ctrl-C twice is not kept waiting.
+// records the signal; a second SIGINT or SIGTERM takes the default action (ends the process),
+// so a user who presses Ctrl-C twice is not kept waiting. A second SIGUSR1 changes nothing.
 class StopSignals {
  public:
   StopSignals();

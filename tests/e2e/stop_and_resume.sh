@@ -2,7 +2,8 @@
 # A run stopped by a signal checkpoints where it stands, prints the command that resumes it and
 # exits with 128 + the signal; that command then finishes the run, each step's metrics record
 # written once. One rank (SIGINT: 130), 2 ranks under scripts/mpirun.sh (SIGTERM, which reaches
-# the ranks as SIGUSR1: 143) and under plain mpirun (SIGUSR1, which Open MPI forwards: 138),
+# the ranks as SIGUSR1: 143; again with an mpirun that forwards no signal) and under plain
+# mpirun (SIGUSR1, which Open MPI forwards: 138),
 # and the parameter server with a dedicated server rank, which takes the signal too and must
 # serve on until the workers' checkpoint holds its state.
 #   usage: ... TRAINER SOURCE_DIR
@@ -56,6 +57,10 @@ PY
 
 stop_and_resume one_rank INT 130
 stop_and_resume two_ranks TERM 143 "$source/scripts/mpirun.sh" -np 2 --oversubscribe
+# An mpirun that passes no signal on (Open MPI in a GPU machine's container dropped SIGUSR1):
+# scripts/mpirun.sh signals the ranks it started itself.
+stop_and_resume unforwarded TERM 143 env OMPI_MCA_ess_base_forward_signals=none \
+  "$source/scripts/mpirun.sh" -np 2 --oversubscribe
 stop_and_resume plain_mpirun USR1 138 env OMPI_ALLOW_RUN_AS_ROOT=1 \
   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none \
   mpirun -np 2 --oversubscribe
