@@ -73,8 +73,9 @@ constexpr int64_t kPartialSteps = 8;
 // `fewest`: the fewest pushes a round in progress is sent with; `fill_with_mean`: whether it
 // takes the mean of those in for the others (dist.ps.preview_fill), or zero.
 // `net` from make_net(), made before `strategy`, which holds hooks in it until it goes.
+// Returns whether any worker read a round in progress.
 template <class Strategy>
-void check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest,
+bool check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest,
                          bool fill_with_mean) {
   const auto options = optimizer_options("sgd");
   const int n = world()->size();
@@ -119,8 +120,6 @@ void check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest,
   const torch::Tensor reported = reports.empty() ? torch::Tensor() : gather(reports);
   torch::Tensor seen = torch::tensor({partial_steps}, torch::kFloat64).to(device());
   world()->all_reduce(seen, dtrain::dist::ReduceOp::kSum)->wait();
-  // A lone worker's rounds are whole once it pushes: none is ever in progress (one GPU).
-  if (n > 1) CHECK(seen.item<double>() >= 1.0);
 
   // One process applies the rounds: the average of every push, whatever was read.
   Net reference = make_net();
@@ -205,6 +204,18 @@ void check_partial_reads(Net& net, Strategy& strategy, int64_t k, int fewest,
     }
   }
   world()->barrier();
+  return seen.item<double>() >= 1.0;
+}
+
+// Runs `attempt` (a fresh net and strategy through check_partial_reads) until some read was of
+// a round in progress, 3 times at most. On a loaded machine the slowed rank may not fall far
+// enough behind in kPartialSteps for any read to be one; such a run checks only whole rounds.
+template <class Attempt>
+void expect_partial_reads(Attempt attempt) {
+  bool seen = false;
+  for (int tries = 0; tries < 3 && !seen; ++tries) seen = attempt();
+  // A lone worker's rounds are whole once it pushes: none is ever in progress (one GPU).
+  if (world()->size() > 1) CHECK(seen);
 }
 
 }  // namespace
@@ -248,12 +259,14 @@ TEST_CASE("ps SSP with partial reads: each read is a version within k or a round
   const int64_t k = GENERATE(1, 2);
   const std::string fill = GENERATE("mean", "zero");
   INFO("k = " << k << ", dist.ps.preview_fill = " << fill);
-  Net net = make_net();
   PsOptions ps = partial_options(k);
   ps.preview_fill = fill;
-  PsStrategy strategy(ps, world(), 60.0);
-  // Once all workers but one are in.
-  check_partial_reads(net, strategy, k, world()->size() - 1, fill == "mean");
+  expect_partial_reads([&] {
+    Net net = make_net();
+    PsStrategy strategy(ps, world(), 60.0);
+    // Once all workers but one are in.
+    return check_partial_reads(net, strategy, k, world()->size() - 1, fill == "mean");
+  });
 }
 
 TEST_CASE("ps over p2p, partial reads: each read is a version within k or a round in progress",
@@ -264,7 +277,6 @@ TEST_CASE("ps over p2p, partial reads: each read is a version within k or a roun
   const int64_t previews = GENERATE(0, 1);
   const std::string fill = previews == 0 ? "mean" : "zero";
   INFO("k = " << k << ", dist.ps.previews = " << previews << ", preview_fill = " << fill);
-  Net net = make_net();
   PsOptions ps = p2p_options("ssp", k);
   ps.previews = previews;
   ps.preview_fill = fill;
@@ -272,9 +284,12 @@ TEST_CASE("ps over p2p, partial reads: each read is a version within k or a roun
   // with one preview a round, the others' pushes must come first, and under load they may
   // trail the reader's by more than the default's share of a step.
   ps.partial_wait = 1.0;
-  PsPeerStrategy strategy(ps, world(), 60.0);
-  check_partial_reads(net, strategy, k, previews == 0 ? 1 : world()->size() - 1,
-                      fill == "mean");
+  expect_partial_reads([&] {
+    Net net = make_net();
+    PsPeerStrategy strategy(ps, world(), 60.0);
+    return check_partial_reads(net, strategy, k, previews == 0 ? 1 : world()->size() - 1,
+                               fill == "mean");
+  });
 }
 
 TEST_CASE("ps SSP(0) with partial reads is BSP, bit for bit", "[dist][ps]") {
