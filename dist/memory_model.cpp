@@ -1,5 +1,6 @@
 #include "dist/memory_model.h"
 
+#include "common/bytes.h"
 #include "common/error.h"
 #include "dist/buckets.h"
 #include "dist/factory.h"
@@ -17,13 +18,11 @@ namespace dtrain::dist {
 
 namespace {
 
-constexpr double kMiB = 1024.0 * 1024.0;
-
 // Stage 2's gradient buffers (zero2.cpp's kGradientBuffers): one bucket fills while the one
 // before it is on the wire.
 constexpr int64_t kZero2GradientBuffers = 2;
 
-std::vector<int64_t> numels_of(const std::vector<torch::Tensor>& params) {
+std::vector<int64_t> param_numels(const std::vector<torch::Tensor>& params) {
   std::vector<int64_t> numels;
   for (const torch::Tensor& param : params) numels.push_back(param.numel());
   return numels;
@@ -49,7 +48,7 @@ MemoryPrediction replicated(const std::string& name, const ModelStateInput& inpu
 // zero.h: flat parameters and one flat gradient bucket of N x the largest share, this rank's
 // shard of averaged gradients, and the state of the whole tensors it owns.
 MemoryPrediction zero1(const ModelStateInput& input, int world_size) {
-  const std::vector<int64_t> numels = numels_of(input.params);
+  const std::vector<int64_t> numels = param_numels(input.params);
   const ZeroPartition partition = partition_parameters(numels, world_size);
   const int64_t element_size = static_cast<int64_t>(input.params.front().element_size());
   const int64_t flat = partition.shard_numel * world_size * element_size;
@@ -73,7 +72,7 @@ MemoryPrediction zero2(const ZeroOptions& options, const ModelStateInput& input,
   const auto cap = static_cast<int64_t>(options.bucket_mb * kMiB);
   const PsPlan plan =
       rank_aligned_plan(packed_layout(plan_buckets(order, input.params, cap, cap), input.params),
-                        numels_of(input.params), world_size);
+                        param_numels(input.params), world_size);
   const int64_t element_size = static_cast<int64_t>(input.params.front().element_size());
   int64_t padded = 0, largest = 0;
   for (const BucketLayout& bucket : plan.layout) {
@@ -96,7 +95,7 @@ MemoryPrediction zero2(const ZeroOptions& options, const ModelStateInput& input,
 
 // ps.h: workers hold the model and its gradient buckets (whole tensors back to back); servers
 // their chunks' parameters, gradients and optimizer state. A colocated rank is both.
-MemoryPrediction ps(const PsOptions& options, const ModelStateInput& input, int world_size) {
+MemoryPrediction parameter_server(const PsOptions& options, const ModelStateInput& input, int world_size) {
   const bool dedicated = options.placement == "dedicated";
   MemoryPrediction prediction{fmt::format("ps ({})", options.placement), {}, "", false};
   const int servers = dedicated ? static_cast<int>(options.servers) : world_size;
@@ -109,7 +108,7 @@ MemoryPrediction ps(const PsOptions& options, const ModelStateInput& input, int 
   }
   const int64_t element_size = static_cast<int64_t>(input.params.front().element_size());
   prediction.problem =
-      ps_chunking_problem(numels_of(input.params), element_size, options.chunk_mb);
+      ps_chunking_problem(param_numels(input.params), element_size, options.chunk_mb);
   if (!prediction.problem.empty()) return prediction;
   // Async servers keep tensors whole (ps.cpp); the collective transport serves bsp and ssp
   // only, where the plan is the same.
@@ -147,7 +146,7 @@ MemoryPrediction zero3(const ModelStateInput& input, int world_size) {
     return prediction;
   }
   const PsPlan plan = rank_aligned_plan(packed_layout(input.units, input.params),
-                                        numels_of(input.params), world_size);
+                                        param_numels(input.params), world_size);
   const int64_t element_size = static_cast<int64_t>(input.params.front().element_size());
   const std::vector<int64_t> shard = plan.server_numel();
   std::vector<int64_t> stepped(world_size, 0);
@@ -186,7 +185,7 @@ MemoryPrediction predict_model_state(const DistOptions& options, const ModelStat
     case StrategyKind::kZero:
       return zero(options.zero, input, world_size);
     case StrategyKind::kPs:
-      return ps(options.ps, input, world_size);
+      return parameter_server(options.ps, input, world_size);
   }
   throw UserError(fmt::format("dist.strategy \"{}\": no memory prediction",
                               strategy_name(options.strategy)));

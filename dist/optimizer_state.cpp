@@ -110,12 +110,6 @@ void load_by_tensor(const std::string& dir, const std::vector<torch::Tensor>& pa
   }
 }
 
-torch::Tensor bytes_tensor(const std::string& bytes) {
-  torch::Tensor tensor = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
-  if (!bytes.empty()) std::memcpy(tensor.data_ptr(), bytes.data(), bytes.size());
-  return tensor;
-}
-
 std::string tensor_bytes(const torch::Tensor& tensor) {
   return std::string(static_cast<const char*>(tensor.data_ptr()),
                      static_cast<size_t>(tensor.numel()));
@@ -243,6 +237,12 @@ std::map<int64_t, StateFields> whole_fields(const std::string& dir,
 }
 
 }  // namespace
+
+torch::Tensor bytes_tensor(const std::string& bytes) {
+  torch::Tensor tensor = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+  if (!bytes.empty()) std::memcpy(tensor.data_ptr(), bytes.data(), bytes.size());
+  return tensor;
+}
 
 void save_optimizer(torch::optim::Optimizer& optimizer, const std::string& dir) {
   torch::serialize::OutputArchive archive;

@@ -30,6 +30,9 @@ struct ParamSlice {
   }
 };
 
+// The bytes of a serialized state as a uint8 tensor, for an archive or a collective.
+torch::Tensor bytes_tensor(const std::string& bytes);
+
 // Whole.
 void save_optimizer(torch::optim::Optimizer& optimizer, const std::string& dir);
 

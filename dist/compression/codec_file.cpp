@@ -36,8 +36,8 @@ ByParam read_by_param(torch::serialize::InputArchive& archive, const std::string
 }
 
 // Reads `file`; a damaged one is a UserError naming it.
-void read_archive(const std::string& file, const torch::Device& device,
-                  torch::serialize::InputArchive& archive) {
+void read_codec_archive(const std::string& file, const torch::Device& device,
+                        torch::serialize::InputArchive& archive) {
   try {
     archive.load_from(file, device);
   } catch (const c10::Error& e) {
@@ -105,7 +105,7 @@ std::optional<CodecState> read_codec_state(const std::string& dir, const std::st
     return std::nullopt;
   }
   torch::serialize::InputArchive archive;
-  read_archive(first, device, archive);
+  read_codec_archive(first, device, archive);
   c10::IValue written_kind, writers;
   archive.read("kind", written_kind);
   archive.read("world_size", writers);
@@ -119,7 +119,7 @@ std::optional<CodecState> read_codec_state(const std::string& dir, const std::st
   state.slots.resize(slots.size());
   if (writers.toInt() == world_size) {
     torch::serialize::InputArchive own;
-    if (rank != 0) read_archive(codec_state_file(dir, rank), device, own);
+    if (rank != 0) read_codec_archive(codec_state_file(dir, rank), device, own);
     for (size_t slot = 0; slot < state.slots.size(); ++slot) {
       state.slots[slot] = read_by_param(rank == 0 ? archive : own, slots[slot], num_params);
     }

@@ -1,5 +1,6 @@
 #include "dist/ddp/ddp.h"
 
+#include "common/bytes.h"
 #include "common/error.h"
 #include "common/shared_kernels.h"
 #include "dist/compression/codec_file.h"
@@ -11,8 +12,6 @@
 namespace dtrain::dist {
 
 namespace {
-
-constexpr double kMiB = 1024.0 * 1024.0;
 
 BufferPolicy buffer_policy(const std::string& name) {
   if (name == "average") return BufferPolicy::kAverage;

@@ -1,5 +1,6 @@
 #include "dist/ps/collective.h"
 
+#include "common/cuda_stream.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "dist/compression/codec_file.h"
@@ -66,16 +67,12 @@ class OnServerStream : public OnStream {
                                                         c10::Device device) {
     if (server) {
       c10::Event issued(c10::DeviceType::CUDA);
-      issued.record(c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(device));
+      issued.record(current_cuda_stream(device));
       issued.block(*server);
     }
     return server;
   }
 };
-
-c10::Stream compute_stream(c10::Device device) {
-  return c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(device);
-}
 
 int64_t staleness_of(const PsOptions& options) {
   return options.consistency == "ssp" ? options.staleness : 0;
@@ -202,7 +199,7 @@ void PsCollectiveStrategy::attach(torch::nn::Module& model, const OptimizerFacto
 torch::Tensor PsCollectiveStrategy::writable_grad_slot(size_t b) {
   const size_t s = static_cast<size_t>(clock_) % grad_slots_.size();
   if (server_stream_ && grad_slots_.size() > 1) {
-    grad_slot_read_[s].block(compute_stream(comm_->device()));
+    grad_slot_read_[s].block(current_cuda_stream(comm_->device()));
   }
   return grad_slots_[s].flat[b];
 }
@@ -361,7 +358,7 @@ void PsCollectiveStrategy::read_newest(int64_t required) {
   for (int64_t v = std::max(read_, applied_ - slots) + 1; v <= required; ++v) {
     settle(param_slots_[static_cast<size_t>(v % slots)]);
   }
-  const c10::Stream compute = compute_stream(comm_->device());
+  const c10::Stream compute = current_cuda_stream(comm_->device());
   slot_stamped_[static_cast<size_t>(required % slots)].block(compute);
   waits_.emplace_back(start, comm_->now());
   torch::NoGradGuard no_grad;
@@ -419,7 +416,7 @@ void PsCollectiveStrategy::sync_point() {
   if (server_stream_) {  // the shard's state, read on the compute stream from here on
     c10::Event applied(c10::DeviceType::CUDA);
     applied.record(*server_stream_);
-    applied.block(compute_stream(comm_->device()));
+    applied.block(current_cuda_stream(comm_->device()));
   }
   if (comm_->size() > 1) buffer_sync_->sync(current_);
 }

@@ -1,5 +1,6 @@
 #include "dist/ps/peer.h"
 
+#include "common/cuda_stream.h"
 #include "common/error.h"
 #include "common/host_wait.h"
 #include "common/log.h"
@@ -21,13 +22,8 @@ namespace dtrain::dist {
 
 namespace {
 
-constexpr int kTag = 0;  // each link carries one kind of message, matched in order
 // The most streams a GPU gives a hardware queue of its own (CUDA_DEVICE_MAX_CONNECTIONS).
 constexpr int kHardwareQueues = 32;
-
-c10::Stream compute_stream(c10::Device device) {
-  return c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(device);
-}
 
 // The sends of a bucket's chunks; wait() is the reducer's before the next backward writes
 // the bucket.
@@ -249,7 +245,7 @@ std::unique_ptr<Work> PsPeerStrategy::launch(Bucket& bucket) {
       shard_->chunk_of(own_push(), c).copy_(grads);
     } else {
       const PsPeerLinks& link = links_[static_cast<size_t>(chunk.server)];
-      sends.push_back(link.push_out->send(grads, link.peer, kTag));
+      sends.push_back(link.push_out->send(grads, link.peer, kPeerLinkTag));
     }
   }
   for (const auto& send : sends) send->test();  // launches them
@@ -269,14 +265,14 @@ void PsPeerStrategy::step(double lr) {
   for (int s = 0; s < comm_->size(); ++s) {
     if (s == me || server_numel_[static_cast<size_t>(s)] == 0) continue;
     const PsPeerLinks& link = links_[static_cast<size_t>(s)];
-    sends_.push_back(link.push_out->send(trailer, link.peer, kTag));
+    sends_.push_back(link.push_out->send(trailer, link.peer, kPeerLinkTag));
     sends_.back()->test();
   }
   if (server_) {
     PsPeerHandoff push{clock_, own_push(), nullptr, lr};
     if (server_stream_) {
       push.ready = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
-      push.ready->record(compute_stream(comm_->device()));
+      push.ready->record(current_cuda_stream(comm_->device()));
     }
     server_->push_own(std::move(push));
     own_push_ = torch::Tensor();
@@ -290,7 +286,7 @@ void PsPeerStrategy::step(double lr) {
     for (int64_t i = 0; i < per_round_; ++i) {
       const int64_t index = clock_ * per_round_ + i;
       const torch::Tensor& slot = slots[static_cast<size_t>(index % static_cast<int64_t>(slots.size()))];
-      pulls_[static_cast<size_t>(s)].push_back({index, link.pull_in->recv(slot, link.peer, kTag)});
+      pulls_[static_cast<size_t>(s)].push_back({index, link.pull_in->recv(slot, link.peer, kPeerLinkTag)});
       pulls_[static_cast<size_t>(s)].back().work->test();
     }
   }
@@ -405,7 +401,7 @@ void PsPeerStrategy::read(int64_t least, bool exact) {
             std::max(least, held), exact ? least : std::numeric_limits<int64_t>::max());
         if (message.index > held) {
           if (message.ready) {
-            const c10::Stream compute = compute_stream(comm_->device());
+            const c10::Stream compute = current_cuda_stream(comm_->device());
             message.ready->block(compute);
             message.values.record_stream(compute);
           }
@@ -468,11 +464,11 @@ void PsPeerStrategy::finish() {
     const PsPeerLinks& link = links_[static_cast<size_t>(s)];
     for (const int64_t c : plan_.chunks_of(s)) {
       sends_.push_back(link.push_out->send(
-          torch::zeros({plan_.chunks[static_cast<size_t>(c)].numel}, options), link.peer, kTag));
+          torch::zeros({plan_.chunks[static_cast<size_t>(c)].numel}, options), link.peer, kPeerLinkTag));
     }
     sends_.push_back(link.push_out->send(
         torch::full({1}, std::numeric_limits<double>::quiet_NaN(), options.dtype(torch::kFloat64)),
-        link.peer, kTag));
+        link.peer, kPeerLinkTag));
     sends_.back()->test();
   }
   if (server_) {

@@ -17,6 +17,9 @@
 
 namespace dtrain::dist {
 
+// The tag of every message: each link carries one kind of message, matched in order.
+inline constexpr int kPeerLinkTag = 0;
+
 struct PsPeerLinks {
   // This rank's worker side, used by the main thread.
   std::shared_ptr<Communicator> push_out;  // its gradients to the peer's server

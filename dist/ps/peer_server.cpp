@@ -14,7 +14,6 @@ namespace dtrain::dist {
 
 namespace {
 
-constexpr int kTag = 0;  // each link carries one kind of message, matched in order
 // How long the thread sleeps when nothing has arrived: well under a step. On GPUs a poll of
 // every link costs a few event queries; on CPU ranks it shares the cores with the workers.
 constexpr std::chrono::microseconds kIdleGpu(20);
@@ -169,10 +168,10 @@ void PsPeerServer::post_receives(int worker, int64_t step) {
   // Posted with this thread's stream current: on NCCL a receive waits for the work issued on
   // it so far, which includes the last round that read the slot.
   for (const int64_t c : shard_.chunk_ids()) {
-    in.works.push_back(link.push_in->recv(shard_.chunk_of(slot, c), link.peer, kTag));
+    in.works.push_back(link.push_in->recv(shard_.chunk_of(slot, c), link.peer, kPeerLinkTag));
   }
   in.trailer = torch::empty({1}, shard_.params().options().dtype(torch::kFloat64));
-  in.works.push_back(link.push_in->recv(in.trailer, link.peer, kTag));
+  in.works.push_back(link.push_in->recv(in.trailer, link.peer, kPeerLinkTag));
   in.works.back()->test();  // launches them
 }
 
@@ -314,7 +313,7 @@ void PsPeerServer::send(int64_t index, const torch::Tensor& values, Clock::time_
   for (int w = 0; w < workers_; ++w) {
     if (w == me_) continue;
     const PsPeerLinks& link = links_[static_cast<size_t>(w)];
-    delivery.sends.push_back(link.pull_out->send(values, link.peer, kTag));
+    delivery.sends.push_back(link.pull_out->send(values, link.peer, kPeerLinkTag));
     delivery.sends.back()->test();  // launches it
   }
   if (!delivery.sends.empty()) sending_.push_back(std::move(delivery));

@@ -1,5 +1,6 @@
 #include "dist/ps/plan.h"
 
+#include "common/bytes.h"
 #include "common/error.h"
 
 #include <fmt/format.h>
@@ -16,7 +17,6 @@ namespace {
 // tensors in 16-byte vectors and faults on a weight that starts 8 bytes off, and vectorized
 // kernels in general take the slow path on unaligned tensors.
 constexpr int64_t kAlignedNumel = 16;
-constexpr double kMiB = 1024.0 * 1024.0;
 
 // Lays out `params` (in the bucket's order) with the sizes that keep alignment first; a
 // bucket is ready once all its tensors are, whatever their order in it.

@@ -19,12 +19,6 @@ std::vector<int64_t> piece_shape(const torch::Tensor& param, int64_t numel) {
   return param.dim() <= 1 ? std::vector<int64_t>{numel} : std::vector<int64_t>{numel, 1};
 }
 
-torch::Tensor bytes_tensor(const std::string& bytes) {
-  torch::Tensor tensor = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
-  std::memcpy(tensor.data_ptr(), bytes.data(), bytes.size());
-  return tensor;
-}
-
 }  // namespace
 
 std::vector<ps::StateMessage> gather_states_on_rank0(Communicator& comm,

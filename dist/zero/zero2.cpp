@@ -1,5 +1,6 @@
 #include "dist/zero/zero2.h"
 
+#include "common/bytes.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "dist/buckets.h"
@@ -15,8 +16,6 @@
 namespace dtrain::dist {
 
 namespace {
-
-constexpr double kMiB = 1024.0 * 1024.0;
 
 // Two buffers: one bucket fills while the one before it is on the wire.
 constexpr int64_t kGradientBuffers = 2;

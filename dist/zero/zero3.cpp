@@ -1,5 +1,6 @@
 #include "dist/zero/zero3.h"
 
+#include "common/bytes.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "dist/zero/bucket_shards.h"
@@ -10,12 +11,6 @@
 #include <numeric>
 
 namespace dtrain::dist {
-
-namespace {
-
-constexpr double kMiB = 1024.0 * 1024.0;
-
-}  // namespace
 
 Zero3Strategy::Zero3Strategy(ZeroOptions options, std::shared_ptr<Communicator> comm)
     : ReplicatedStrategy(std::move(comm)), options_(std::move(options)) {}
