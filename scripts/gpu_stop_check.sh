@@ -3,8 +3,9 @@
 # ResNet-50 alone (SIGUSR1 to the process), under scripts/mpirun.sh (SIGTERM, passed on as
 # SIGUSR1) and with a dedicated CPU server rank beside the GPU worker (SIGTERM). Each run gets
 # the signal after WAIT_S seconds (default 35); the ranks' SigBlk/SigIgn/SigCgt are printed
-# before it, and again where the run is still going 60 s after it. Two calls on an H200 saw a
-# dedicated-server run train on past its SIGTERM; on CPU ranks the same run stops (exit 143).
+# before it, and again where the run is still going 60 s after it. Written when runs under
+# scripts/mpirun.sh on an H200 machine trained on past SIGTERM: its Open MPI 4.1.6 caught
+# SIGUSR1 and passed nothing on (2026-12-02), which scripts/mpirun.sh now works around.
 #   usage: OUT=DIR scripts/gpu_stop_check.sh   (after scripts/prepare_gpu_deps.sh brought .deps)
 set -u
 cd "$(dirname "$0")/.."
