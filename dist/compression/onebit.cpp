@@ -11,7 +11,7 @@ torch::Tensor bit_weights(const torch::Device& device) {
       .to(torch::kUInt8);
 }
 
-int64_t chunks_of(int64_t numel, int64_t chunk) { return (numel + chunk - 1) / chunk; }
+int64_t chunks_in(int64_t numel, int64_t chunk) { return (numel + chunk - 1) / chunk; }
 
 }  // namespace
 
@@ -34,7 +34,7 @@ torch::Tensor OnebitCodec::decode_sum(const torch::Tensor& messages, int64_t num
 }
 
 torch::Tensor onebit_encode(const torch::Tensor& input, int64_t chunk) {
-  const int64_t chunks = chunks_of(input.numel(), chunk);
+  const int64_t chunks = chunks_in(input.numel(), chunk);
   const torch::Tensor padded = torch::constant_pad_nd(input, {0, chunks * chunk - input.numel()});
   // Mean magnitude over the chunk's real elements (the padding adds nothing to the sum).
   torch::Tensor counts = torch::full({chunks}, static_cast<double>(chunk), input.options());
@@ -57,11 +57,11 @@ torch::Tensor pack_signs(const torch::Tensor& input) {
 torch::Tensor onebit_decode_sum(const torch::Tensor& messages, int64_t numel, Range range,
                                 const torch::Tensor& like, int64_t chunk) {
   const int64_t ranks = messages.size(0);
-  const int64_t chunks = chunks_of(numel, chunk);
+  const int64_t chunks = chunks_in(numel, chunk);
   const int64_t scale_bytes = chunks * like.element_size();
   // The chunks [first, first + count) that cover the range.
   const int64_t first = range.offset / chunk;
-  const int64_t count = chunks_of(range.end(), chunk) - first;
+  const int64_t count = chunks_in(range.end(), chunk) - first;
   const torch::Tensor scales = from_bytes(messages.narrow(1, 0, scale_bytes), like.scalar_type())
                                    .narrow(1, first, count);  // [ranks, count]
   const torch::Tensor packed =

@@ -14,7 +14,7 @@ namespace {
 // before them is on the wire.
 constexpr size_t kInFlight = 2;
 
-int64_t bytes_of(const torch::Tensor& tensor) {
+int64_t byte_size(const torch::Tensor& tensor) {
   return tensor.numel() * static_cast<int64_t>(tensor.element_size());
 }
 
@@ -74,7 +74,7 @@ void UnitShards::make_whole(int64_t unit) {
   std::shared_ptr<const TimePoint> wait_start = comm_->now();
   gathers_[unit]->wait();
   const bool cast = cast_flat_[unit].defined();
-  record_.add_prefetched(Collective::kAllGather, bytes_of(cast ? cast_flat_[unit] : flat_[unit]),
+  record_.add_prefetched(Collective::kAllGather, byte_size(cast ? cast_flat_[unit] : flat_[unit]),
                          std::move(gathers_[unit]), std::move(wait_start));
   if (cast) {
     flat_[unit].copy_(cast_flat_[unit]);
@@ -149,7 +149,7 @@ void UnitShards::complete(Pending& pending) {
   if (!pending.work) return;
   pending.work->wait();
   if (pending.add_to_chunk >= 0) shard_.chunk_grads(pending.add_to_chunk).add_(pending.partner);
-  record_.add(Collective::kReduceScatter, Traffic::kGradients, bytes_of(pending.flat),
+  record_.add(Collective::kReduceScatter, Traffic::kGradients, byte_size(pending.flat),
               std::move(pending.work));
   pending = Pending{};  // frees the unit's gradients
 }
