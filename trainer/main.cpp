@@ -14,12 +14,17 @@
 
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
+#include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <optional>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,13 +40,27 @@ int launched_rank() {
   return 0;
 }
 
+// How many processes the launcher started; 1 when started alone.
+int launched_size() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) {
+    if (const char* value = std::getenv(name)) return std::max(1, std::atoi(value));
+  }
+  return 1;
+}
+
 // Most bad input (a config, a dataset path) is the same on every rank: one report of it is
 // enough. Rank 0 reports and ends the job at once; the others give it 3 seconds to do so, in
-// which the launcher stops them unheard (mpirun takes about one after a rank's failing exit).
-// A rank whose error is its own (a file only it reads) reports 3 seconds later.
+// which the abort stops them unheard. A rank whose error is its own (a file only it reads)
+// reports 3 seconds later.
 void let_rank_0_report_first(int rank) {
   if (rank > 0) std::this_thread::sleep_for(std::chrono::seconds(3));
 }
+
+// A command line that CLI11 refused, in its words.
+class CommandLineError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 int run(int argc, char** argv) {
   CLI::App app{"dtrain: distributed training of image models"};
@@ -76,7 +95,12 @@ int run(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::ostringstream out, err;
+    app.exit(e, out, err);
+    std::string message = err.str();
+    while (!message.empty() && message.back() == '\n') message.pop_back();
+    throw CommandLineError(message);
   }
   if (print_config && (!config_path.empty() || !overrides.empty())) {
     std::vector<std::string> warnings;
@@ -94,11 +118,9 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (config_path.empty()) {
-    let_rank_0_report_first(launched_rank());
-    std::fprintf(stderr, "error: --config is required to train, e.g. trainer --config "
-                         "configs/fashion_mnist.toml (--print-config lists every key)\n%s",
-                 app.help().c_str());
-    return 2;
+    throw CommandLineError("error: --config is required to train, e.g. trainer --config "
+                           "configs/fashion_mnist.toml (--print-config lists every key)\n" +
+                           app.help());
   }
   if (resume_option->count() > 0) flags.resume = resume;
   for (const CLI::Option* option : {world_size_option, json_option}) {
@@ -122,31 +144,49 @@ int run(int argc, char** argv) {
   return result.stop_signal == 0 ? 0 : dtrain::trainer::stop_exit_code(result.stop_signal);
 }
 
-// Logs this rank's error as one line and returns `exit_code`. With several ranks it ends them
-// all at once instead: the others would wait in their next collective for dist.timeout_s, then
-// blame this rank for not joining.
-int fail(const std::string& message, int exit_code) {
-  const std::optional<dtrain::dist::WorldInfo> world = dtrain::dist::started_world();
+// The world to end on a failure: MPI's, started here if the launcher started several ranks
+// and the failure came before MPI did (a config), so that one rank's report ends them all
+// quietly (abort_world) instead of each rank's exit adding mpirun's banner. None when alone.
+std::optional<dtrain::dist::WorldInfo> world_to_end() {
+  if (const auto world = dtrain::dist::started_world()) return world;
+  if (launched_size() == 1 || dtrain::dist::world_finalized()) return std::nullopt;
+  return dtrain::dist::init_world();
+}
+
+// Reports this rank's failure (`report` is given the rank's "rank N: " prefix, empty when
+// alone) and returns `exit_code`. With several ranks it ends them all at once instead: the
+// others would wait in their next collective for dist.timeout_s, then blame this rank for not
+// joining.
+int fail(const std::function<void(const std::string&)>& report, int exit_code) {
+  const std::optional<dtrain::dist::WorldInfo> world = world_to_end();
   if (!world || world->size == 1) {
     let_rank_0_report_first(launched_rank());  // MPI not started: the launcher's rank
-    dtrain::log::error("{}", message);
+    report("");
     return exit_code;
   }
   let_rank_0_report_first(world->rank);
-  // A check failure's message names the rank already.
-  const std::string rank = fmt::format("rank {}: ", world->rank);
-  dtrain::log::error("{}{}", message.rfind(rank, 0) == 0 ? "" : rank, message);
+  report(fmt::format("rank {}: ", world->rank));
   dtrain::dist::abort_world(exit_code);
+}
+
+// An error's one line, prefixed by the rank unless its message names it already (a check
+// failure's does).
+int fail(const std::string& message, int exit_code) {
+  return fail([&message](const std::string& rank) {
+    dtrain::log::error("{}{}", message.rfind(rank, 0) == 0 ? "" : rank, message);
+  }, exit_code);
 }
 
 // The exit code of the run, every failure reported.
 int run_reporting(int argc, char** argv) {
   try {
     return run(argc, argv);
-  } catch (const dtrain::trainer::ConfigError& e) {
-    let_rank_0_report_first(launched_rank());
-    for (const std::string& problem : e.problems()) std::fprintf(stderr, "%s\n", problem.c_str());
-    return 2;
+  } catch (const CommandLineError& e) {  // CLI11's words, as it prints them alone
+    return fail([&e](const std::string&) { std::fprintf(stderr, "%s\n", e.what()); }, 2);
+  } catch (const dtrain::trainer::ConfigError& e) {  // every problem, a line each
+    return fail([&e](const std::string&) {
+      for (const std::string& problem : e.problems()) std::fprintf(stderr, "%s\n", problem.c_str());
+    }, 2);
   } catch (const dtrain::UserError& e) {
     return fail(e.what(), 2);
   } catch (const c10::Error& e) {  // torch's: the message, not the C++ frames it carries

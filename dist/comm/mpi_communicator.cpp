@@ -8,6 +8,7 @@
 #include "dist/comm/nodes.h"
 #include "dist/comm/progress_channel.h"
 
+#include <dlfcn.h>
 #include <fmt/format.h>
 #include <mpi.h>
 
@@ -319,6 +320,17 @@ void finalize_at_exit() {
   MPI_Finalize();
 }
 
+// The rank has said why it ends, in one line; Open MPI 4's MPI_Abort would add its own banner
+// of eight ("MPI_ABORT was invoked on rank 0 ... NOTE: invoking MPI_ABORT causes Open MPI to
+// kill all MPI processes ..."), and mpirun "1 more process has sent help message". Its runtime
+// (ORTE) prints no help message from a process whose orte_execute_quiet is set. `mpirun -q`
+// sets that in every process, but also hides mpirun's own errors (too few slots, a missing
+// program); set here, just before the abort, it hides the banner and nothing else. An MPI
+// without that symbol (MPICH, Open MPI 5) is left as it is.
+void silence_abort_banner() {
+  if (auto* quiet = static_cast<bool*>(dlsym(RTLD_DEFAULT, "orte_execute_quiet"))) *quiet = true;
+}
+
 }  // namespace
 
 WorldInfo init_world() {
@@ -352,10 +364,14 @@ WorldInfo init_world() {
 }
 
 std::optional<WorldInfo> started_world() {
+  if (world_finalized()) return std::nullopt;
+  return g_started;
+}
+
+bool world_finalized() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (finalized) return std::nullopt;
-  return g_started;
+  return finalized != 0;
 }
 
 bool world_survives_rank_loss() {
@@ -377,6 +393,7 @@ void note_exit_code(int exit_code) {
 void abort_world(int exit_code) {
   // With recovery on, MPI_Abort ends this rank only (the others end at their timeouts).
   note_exit_code(exit_code);
+  silence_abort_banner();
   MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::_Exit(exit_code);  // MPI_Abort does not return; should it, this rank still ends
 }

@@ -31,6 +31,9 @@ WorldInfo init_world();
 // starts MPI: for error paths.
 std::optional<WorldInfo> started_world();
 
+// Whether MPI has been finalised (it cannot start again). Never starts MPI.
+bool world_finalized();
+
 // Whether mpirun keeps the job running when a rank dies (mpirun --enable-recovery, or the MCA
 // parameter orte_enable_recovery, which mpirun hands on to the ranks).
 bool world_survives_rank_loss();

@@ -415,7 +415,7 @@ class NcclCommunicator : public Communicator {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
     }
-    MPI_Abort(MPI_COMM_WORLD, 3);
+    abort_world(3);
   }
 
   c10::DeviceIndex device_;

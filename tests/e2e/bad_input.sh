@@ -92,22 +92,26 @@ else
   echo "FAIL a 2-step run for the damaged checkpoint:"; cat "$tmp/out"; failures=$((failures + 1))
 fi
 
-# Under mpirun every rank finds the same mistake: it is reported once, not once per rank.
+# Under mpirun every rank finds the same mistake: it is reported once, not once per rank, and
+# alone: no banner of Open MPI's after it (MPI_ABORT's, or mpirun's on a rank's failing exit).
 source_dir=$2
 once_under_mpirun() {  # NAME EXPECTED_LINE ARGS...
   local name=$1 expected=$2
   shift 2
   OMP_NUM_THREADS=1 "$source_dir/scripts/mpirun.sh" -np 3 --oversubscribe "$trainer" "$@" \
     >"$tmp/out" 2>&1
-  local code=$? count
+  local code=$? count banner
   count=$(grep -cF -- "$expected" "$tmp/out")
-  if [ "$code" -ne 2 ] || [ "$count" -ne 1 ]; then
-    echo "FAIL $name under mpirun -np 3: exit $code, the line $count times:"; cat "$tmp/out"
+  banner=$(grep -cE 'MPI_ABORT|Primary job|mpirun detected|help message|^-{20}' "$tmp/out")
+  if [ "$code" -ne 2 ] || [ "$count" -ne 1 ] || [ "$banner" -ne 0 ]; then
+    echo "FAIL $name under mpirun -np 3: exit $code, the line $count times, $banner banner" \
+      "line(s):"; cat "$tmp/out"
     failures=$((failures + 1))
   else
-    echo "ok   $name under mpirun -np 3: once, exit 2"
+    echo "ok   $name under mpirun -np 3: once, alone, exit 2"
   fi
 }
+once_under_mpirun "unknown flag" 'The following argument was not expected: --bogus' --bogus
 once_under_mpirun "bad value" '"dpp" is not one of' "${cfg[@]}" --set dist.strategy=dpp
 once_under_mpirun "missing dataset" 'data.path "/nonexistent/fmnist": does not exist' \
   "${cfg[@]}" --set run.name=mpirun_missing --set data.path=/nonexistent/fmnist \
