@@ -3,6 +3,9 @@
 #include "common/bytes.h"
 #include "common/error.h"
 #include "dist/buckets.h"
+#include "dist/compression/powersgd_plan.h"
+#include "dist/compression/share.h"
+#include "dist/compression/topk.h"
 #include "dist/factory.h"
 #include "dist/ps/plan.h"
 #include "dist/reducer.h"
@@ -158,19 +161,86 @@ MemoryPrediction zero3(const ModelStateInput& input, int world_size) {
   return prediction;
 }
 
+// The codec's state on `rank` of `world_size` for buckets laid out as `layout`, each rank
+// keeping `share` of every bucket (codec.h's state_bytes(), ps/push_codec.h's).
+int64_t codec_state_bytes(const CompressionOptions& options, const Layout& layout,
+                          const ModelStateInput& input, compression::Share share, int rank,
+                          int world_size) {
+  const size_t slots = options.kind == "topk" ? compression::topk_slots(options).size()
+                       : options.has_residuals() ? 1
+                                                 : 0;
+  const int64_t element_size = static_cast<int64_t>(input.params.front().element_size());
+  int64_t bytes = 0;
+  for (const BucketLayout& bucket : layout) {
+    bytes += static_cast<int64_t>(slots) * bucket.numel * element_size;
+  }
+  if (options.kind != "powersgd") return bytes;
+  // PowerSGD's Entry per bucket: both payloads (the Qs kept as the next warm start), the
+  // padded batch of Ps, and the plan's index tensors.
+  std::vector<std::vector<int64_t>> shapes;
+  for (const torch::Tensor& param : input.params) shapes.push_back(param.sizes().vec());
+  for (const BucketLayout& bucket : layout) {
+    const compression::PowerSgdPlan plan = compression::plan_powersgd(
+        bucket, shapes, options.rank, torch::kCPU,
+        compression::kept_range(share, bucket.numel, rank, world_size));
+    bytes += (plan.exact_numel + plan.p_numel + plan.q_numel +
+              plan.num_matrices * plan.max_rank * plan.max_rows) * element_size;
+    for (const torch::Tensor& index :
+         {plan.exact_chunks, plan.kept_exact_chunks, plan.padded_index}) {
+      bytes += index.defined() ? static_cast<int64_t>(index.nbytes()) : 0;
+    }
+  }
+  return bytes;
+}
+
+// Adds the codec's state to the ranks that run it: every rank under ddp and ZeRO-2, the
+// workers under the parameter server. The other strategies refuse dist.compression.
+void add_codec_state(const DistOptions& options, const ModelStateInput& input,
+                     MemoryPrediction& prediction) {
+  if (!options.compression.enabled() || prediction.ranks.empty()) return;
+  const int world_size = static_cast<int>(prediction.ranks.size());
+  std::vector<int64_t> order(input.params.size());
+  std::iota(order.rbegin(), order.rend(), 0);  // reversed registration order, as they plan
+  Layout layout;
+  compression::Share share = compression::Share::kWhole;
+  int pushing = world_size;
+  if (options.strategy == StrategyKind::kDdp) {
+    layout = packed_layout(plan_buckets(order, input.params,
+                                        static_cast<int64_t>(options.ddp.first_bucket_mb * kMiB),
+                                        static_cast<int64_t>(options.ddp.bucket_mb * kMiB)),
+                           input.params);
+  } else if (options.strategy == StrategyKind::kZero && options.zero.stage == 2) {
+    const auto cap = static_cast<int64_t>(options.zero.bucket_mb * kMiB);
+    std::vector<int64_t> numels = param_numels(input.params);
+    layout = rank_aligned_plan(packed_layout(plan_buckets(order, input.params, cap, cap),
+                                             input.params),
+                               numels, world_size)
+                 .layout;
+    share = compression::Share::kShard;
+  } else if (options.strategy == StrategyKind::kPs) {
+    const PsOptions& ps = options.ps;
+    const bool dedicated = ps.placement == "dedicated";
+    if (dedicated) pushing = world_size - static_cast<int>(ps.servers);
+    layout = make_ps_plan(input.params, dedicated ? static_cast<int>(ps.servers) : world_size,
+                          ps.chunk_mb, ps.consistency == "async")
+                 .layout;
+  } else {
+    return;
+  }
+  for (int r = 0; r < pushing; ++r) {
+    prediction.ranks[r].codec_state =
+        codec_state_bytes(options.compression, layout, input, share, r, world_size);
+  }
+}
+
 MemoryPrediction zero(const ZeroOptions& options, const ModelStateInput& input, int world_size) {
   if (options.stage == 1) return zero1(input, world_size);
   if (options.stage == 2) return zero2(options, input, world_size);
   return zero3(input, world_size);
 }
 
-}  // namespace
-
-MemoryPrediction predict_model_state(const DistOptions& options, const ModelStateInput& input,
-                                     int world_size) {
-  DTRAIN_CHECK(world_size >= 1 && !input.params.empty(),
-               "memory prediction over {} ranks of {} parameters", world_size,
-               input.params.size());
+MemoryPrediction model_state(const DistOptions& options, const ModelStateInput& input,
+                             int world_size) {
   switch (options.strategy) {
     case StrategyKind::kSingle: {
       MemoryPrediction prediction = replicated("single", input, 1);
@@ -189,6 +259,18 @@ MemoryPrediction predict_model_state(const DistOptions& options, const ModelStat
   }
   throw UserError(fmt::format("dist.strategy \"{}\": no memory prediction",
                               strategy_name(options.strategy)));
+}
+
+}  // namespace
+
+MemoryPrediction predict_model_state(const DistOptions& options, const ModelStateInput& input,
+                                     int world_size) {
+  DTRAIN_CHECK(world_size >= 1 && !input.params.empty(),
+               "memory prediction over {} ranks of {} parameters", world_size,
+               input.params.size());
+  MemoryPrediction prediction = model_state(options, input, world_size);
+  add_codec_state(options, input, prediction);
+  return prediction;
 }
 
 std::vector<MemoryPrediction> predict_every_strategy(const DistOptions& options,

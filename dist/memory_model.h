@@ -27,12 +27,18 @@
 //     chunks' master parameters, their gradients and their optimizer state, in host memory
 //     over the message transport (ModelStateBytes::host; dedicated servers run on the CPU
 //     beside GPU workers). Its stats report the optimizer state only.
-// Not model state here, as not in the stats: codec state (memory/codec_state_mb), the ps's
-// messages in flight and its SSP slots over collectives, activations and autograd's gradients
-// of incomplete buckets (memory/host_peak_mb and memory/device_peak_allocated_mb measure all).
+//   - Codec state (dist.compression): each slot (residual, DGC momentum) one element per
+//     element of the buckets the codec sees (ZeRO-2's padding included), and PowerSGD's
+//     buffers per bucket as its first step plans them (dist/compression/powersgd.h), for the
+//     ranks that push (not a dedicated server). DDP's buckets as planned at the start, in
+//     reverse registration order: a re-plan after the first step may move PowerSGD's by a
+//     few index tensors.
 //   - zero stage 3 (dist/zero/zero3.h): its shard of every unit's padded parameters, and as
 //     much of the gradients, the optimizer state of its real elements; nothing whole between
 //     steps (the gathered units and their gradient buffers are transient, as activations).
+// Not model state here, as not in the stats: the ps's messages in flight and its SSP slots
+// over collectives, activations and autograd's gradients of incomplete buckets
+// (memory/host_peak_mb and memory/device_peak_allocated_mb measure all).
 #pragma once
 
 #include "dist/options.h"
@@ -54,7 +60,10 @@ struct ModelStateBytes {
   // server's chunks over the message transport (a dedicated server runs on the CPU; a
   // colocated one keeps its shard in host memory beside its GPU, on the GPU over collectives).
   int64_t host = 0;
-  int64_t total() const { return parameters + gradients + optimizer_state; }
+  // A gradient codec's state between steps (memory/codec_state_mb): its error-feedback
+  // residuals, DGC's momentum, PowerSGD's factors and buffers. Zero without dist.compression.
+  int64_t codec_state = 0;
+  int64_t total() const { return parameters + gradients + optimizer_state + codec_state; }
 };
 
 // One strategy's prediction at a world size.

@@ -43,31 +43,44 @@ nlohmann::json ranks_json(const std::vector<dist::ModelStateBytes>& ranks) {
                     {"optimizer_state_mb", mib(b.optimizer_state)},
                     {"total_mb", mib(b.total())},
                     {"host_mb", mib(b.host)},
+                    {"codec_state_mb", mib(b.codec_state)},
                     {"parameters_bytes", b.parameters},
                     {"gradients_bytes", b.gradients},
                     {"optimizer_state_bytes", b.optimizer_state},
-                    {"host_bytes", b.host}});
+                    {"host_bytes", b.host},
+                    {"codec_state_bytes", b.codec_state}});
   }
   return list;
 }
 
-// The configured strategy, a row per run of ranks that hold the same; a column of the bytes in
-// host memory beside GPU workers where some are (a parameter server's).
+// The configured strategy, a row per run of ranks that hold the same; a column of the codec's
+// state where there is a codec, and of the bytes in host memory beside GPU workers where some
+// are (a parameter server's).
 std::string rank_table(const dist::MemoryPrediction& prediction) {
   const std::vector<dist::ModelStateBytes>& ranks = prediction.ranks;
-  const bool any_host = std::any_of(ranks.begin(), ranks.end(),
-                                    [](const dist::ModelStateBytes& b) { return b.host > 0; });
-  const auto row = [any_host](const std::string& name, const dist::ModelStateBytes& b) {
-    return fmt::format("  {:<10} {:>12.3f} {:>12.3f} {:>12.3f} {:>12.3f}{}\n", name,
-                       mib(b.parameters), mib(b.gradients), mib(b.optimizer_state),
-                       mib(b.total()), any_host ? fmt::format(" {:>12.3f}", mib(b.host)) : "");
+  const auto any = [&ranks](int64_t dist::ModelStateBytes::*field) {
+    return std::any_of(ranks.begin(), ranks.end(),
+                       [field](const dist::ModelStateBytes& b) { return b.*field > 0; });
   };
-  std::string text = fmt::format("  {:<10} {:>12} {:>12} {:>12} {:>12}{}\n", "rank",
-                                 "parameters", "gradients", "optimizer", "total",
-                                 any_host ? fmt::format(" {:>12}", "of it host") : "");
+  const bool any_codec = any(&dist::ModelStateBytes::codec_state);
+  const bool any_host = any(&dist::ModelStateBytes::host);
+  const auto column = [](bool shown, const std::string& text) {
+    return shown ? fmt::format(" {:>12}", text) : std::string();
+  };
+  const auto row = [&](const std::string& name, const dist::ModelStateBytes& b) {
+    return fmt::format("  {:<10} {:>12.3f} {:>12.3f} {:>12.3f}{} {:>12.3f}{}\n", name,
+                       mib(b.parameters), mib(b.gradients), mib(b.optimizer_state),
+                       column(any_codec, fmt::format("{:.3f}", mib(b.codec_state))),
+                       mib(b.total()), column(any_host, fmt::format("{:.3f}", mib(b.host))));
+  };
+  std::string text = fmt::format("  {:<10} {:>12} {:>12} {:>12}{} {:>12}{}\n", "rank",
+                                 "parameters", "gradients", "optimizer",
+                                 column(any_codec, "codec state"), "total",
+                                 column(any_host, "of it host"));
   const auto same = [](const dist::ModelStateBytes& a, const dist::ModelStateBytes& b) {
     return a.parameters == b.parameters && a.gradients == b.gradients &&
-           a.optimizer_state == b.optimizer_state && a.host == b.host;
+           a.optimizer_state == b.optimizer_state && a.host == b.host &&
+           a.codec_state == b.codec_state;
   };
   dist::ModelStateBytes sum;
   for (size_t first = 0; first < ranks.size();) {
@@ -82,6 +95,7 @@ std::string rank_table(const dist::MemoryPrediction& prediction) {
     sum.gradients += b.gradients;
     sum.optimizer_state += b.optimizer_state;
     sum.host += b.host;
+    sum.codec_state += b.codec_state;
   }
   text += row("all ranks", sum);
   return text;
@@ -97,8 +111,12 @@ std::string comparison_table(const dist::DistOptions& options,
   const int64_t element_size = static_cast<int64_t>(input.params.front().element_size());
   std::string text;
   text += fmt::format("every strategy at {} rank(s), MiB (rank 0; the most on one rank; the ZeRO "
-                      "paper's {} + {} + {} bytes per parameter, sharded by stage):\n",
-                      world_size, element_size, element_size, input.state_tensors * element_size);
+                      "paper's {} + {} + {} bytes per parameter, sharded by stage){}:\n",
+                      world_size, element_size, element_size, input.state_tensors * element_size,
+                      options.compression.enabled()
+                          ? fmt::format("; totals include the state of codec {} where it runs",
+                                        options.compression.kind)
+                          : "");
   text += fmt::format("  {:<22} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}\n", "strategy",
                       "parameters", "gradients", "optimizer", "total", "most", "paper");
   for (const dist::MemoryPrediction& each : dist::predict_every_strategy(options, input,

@@ -93,6 +93,26 @@ TEST_CASE("the memory model's bytes per rank for a small model", "[dist][memory]
   CHECK(predict_model_state(options, input, 3).ranks[2].host == 3 * 852);
   CHECK_FALSE(predict_model_state(options, input, 1).problem.empty());  // no worker left
 
+  // A codec's state, in the total. DGC (top-k with momentum): a residual and a momentum per
+  // element of the buckets, ddp's 213, ZeRO-2's 214 (its padding too); none on a dedicated
+  // server; fp16 keeps none. (e2e.memory_plan checks PowerSGD's against runs.)
+  options.compression.kind = "topk";
+  options.compression.momentum = 0.9;
+  options.strategy = StrategyKind::kDdp;
+  MemoryPrediction with_codec = predict_model_state(options, input, 2);
+  CHECK(with_codec.ranks[1].codec_state == 2 * 852);
+  CHECK(with_codec.ranks[1].total() == 3 * 852 + 2 * 852);
+  options.strategy = StrategyKind::kZero;
+  CHECK(predict_model_state(options, input, 2).ranks[0].codec_state == 2 * 214 * 4);
+  options.strategy = StrategyKind::kPs;
+  with_codec = predict_model_state(options, input, 3);
+  CHECK(with_codec.ranks[0].codec_state == 2 * 852);
+  CHECK(with_codec.ranks[2].codec_state == 0);
+  options.compression.kind = "fp16";
+  CHECK(predict_model_state(options, input, 3).ranks[0].codec_state == 0);
+  options.compression.kind = "none";
+  options.ps.placement = "colocated";
+
   // The paper's figures in fp32, with momentum: 4 + 4 + 4 bytes per parameter, sharded.
   const ModelStateBytes paper = dtrain::dist::paper_bytes(213, 4, 1, 3, 2);
   CHECK(paper.parameters == 107 * 4);

@@ -3,7 +3,9 @@
 # 1, 2 and 3 and the parameter server (colocated; dedicated at 3 ranks), `--dry-run --world-size N
 # --dry-run-json` predicts, a short run under mpirun -np N (2 and 3, oversubscribed) reports
 # rank 0's memory/* metrics, and each is within 5% of the prediction (the acceptance bound;
-# they are expected to be equal). The ps reports its optimizer state only. A dry run under
+# they are expected to be equal). The ps reports its optimizer state only. With a gradient codec
+# (dist.compression) its state (memory/codec_state_mb) is checked too: residuals, DGC's
+# momentum, PowerSGD's factors and buffers, over ddp's, ZeRO-2's and the ps's buckets. A dry run under
 # mpirun predicts what --world-size predicts for the same N. Bad input: a world size that is
 # not a whole number of at least 1, or --world-size without --dry-run: one line, exit 2.
 #   usage: memory_plan.sh TRAINER SOURCE_DIR
@@ -35,6 +37,12 @@ measured = records[-1]
 keys = ["parameters_mb", "gradients_mb", "optimizer_state_mb"]
 if not all("memory/" + k in measured for k in keys):
     keys = ["optimizer_state_mb"]  # the parameter server reports its state only
+codec = [r for r in map(json.loads, open(sys.argv[2])) if "memory/codec_state_mb" in r]
+if codec:  # a codec's state is reported in its own records
+    measured = dict(measured, **{"memory/codec_state_mb": codec[-1]["memory/codec_state_mb"]})
+    keys.append("codec_state_mb")
+elif rank0["codec_state_mb"] > 0:
+    sys.exit(f"FAIL: {sys.argv[3]}: codec state predicted, none reported")
 for key in keys:
     want, got = rank0[key], measured["memory/" + key]
     print(f"{sys.argv[3]}: {key} predicted {want:.4f} MiB, measured {got:.4f} MiB")
@@ -55,6 +63,22 @@ for ranks in 2 3; do
   check "$ranks" "ps_np$ranks" --set dist.strategy=ps --set dist.ps.chunk_mb=0.02
 done
 check 3 ps_dedicated_np3 --set dist.strategy=ps --set dist.ps.placement=dedicated
+check 2 ddp_powersgd_np2 --set dist.strategy=ddp --set dist.compression.kind=powersgd
+check 3 zero2_dgc_np3 --set dist.strategy=zero --set dist.zero.stage=2 \
+  --set dist.zero.bucket_mb=0.05 --set dist.compression.kind=topk \
+  --set dist.compression.momentum=0.9 --set optim.momentum=0 --set optim.nesterov=false
+check 3 zero2_powersgd_np3 --set dist.strategy=zero --set dist.zero.stage=2 \
+  --set dist.zero.bucket_mb=0.05 --set dist.compression.kind=powersgd
+check 2 ps_collectives_topk_np2 --set dist.strategy=ps --set dist.ps.transport=collectives \
+  --set dist.compression.kind=topk
+# A dedicated server pushes nothing: no codec state there (rank 0 is a worker).
+check 3 ps_dedicated_onebit_np3 --set dist.strategy=ps --set dist.ps.placement=dedicated \
+  --set dist.compression.kind=onebit
+python3 - "$work/ps_dedicated_onebit_np3.json" <<'PY' || fail "a dedicated server's codec state"
+import json, sys
+ranks = json.load(open(sys.argv[1]))["ranks"]
+assert ranks[0]["codec_state_mb"] > 0 and ranks[2]["codec_state_mb"] == 0, ranks
+PY
 # With no ranks started, --world-size still says what the start-up would: the ps plan and
 # the global batch over the ranks that take data (2 workers beside the dedicated server).
 for name in ps_np3 ps_dedicated_np3; do
