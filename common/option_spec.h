@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -125,6 +126,17 @@ std::vector<std::string> changed_keys(const Options& options) {
   copy.declare(keys);
   defaults.declare(default_keys);
   return keys.changed_from(default_keys);
+}
+
+// changed_keys(), then those of `written` not among them, in their order.
+template <typename Options>
+std::vector<std::string> changed_or_written_keys(const Options& options,
+                                                 const std::vector<std::string>& written) {
+  std::vector<std::string> keys = changed_keys(options);
+  for (const std::string& key : written) {
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+  }
+  return keys;
 }
 
 }  // namespace dtrain

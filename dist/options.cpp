@@ -362,9 +362,9 @@ bool codec_reads(const std::string& kind, const std::string& name) {
 
 }  // namespace
 
-FieldErrors DistOptions::unused_keys() const {
+FieldErrors DistOptions::unused_keys(const std::vector<std::string>& written) const {
   FieldErrors warnings;
-  for (const std::string& key : changed_keys(*this)) {
+  for (const std::string& key : changed_or_written_keys(*this, written)) {
     const size_t dot = key.find('.');
     if (dot == std::string::npos) continue;
     const std::string section = key.substr(0, dot);

@@ -230,9 +230,10 @@ struct DistOptions {
   FieldErrors validate(const DistContext& context) const;
   // The options with the keys that depend on the rest of the config ("auto") decided.
   DistOptions resolved(const DistContext& context) const;
-  // Keys of another strategy's subsection set to something other than their defaults: they
-  // have no effect (warnings, not errors).
-  FieldErrors unused_keys() const;
+  // Keys that the chosen strategy, consistency, transport or codec does not read, of those set
+  // to something other than their defaults and those `written` ("ps.staleness"): they have
+  // no effect (warnings, not errors).
+  FieldErrors unused_keys(const std::vector<std::string>& written = {}) const;
 };
 
 }  // namespace dtrain::dist

@@ -76,9 +76,9 @@ FieldErrors OptimizerOptions::validate() const {
   return errors;
 }
 
-FieldErrors OptimizerOptions::unused_keys() const {
+FieldErrors OptimizerOptions::unused_keys(const std::vector<std::string>& written) const {
   FieldErrors warnings;
-  for (const std::string& key : changed_keys(*this)) {
+  for (const std::string& key : changed_or_written_keys(*this, written)) {
     // nesterov = true under another optimizer is an error already (validate).
     if (key == "nesterov" || optimizer_reads(name, key)) continue;
     warnings.push_back({key, fmt::format("has no effect under optim.name = \"{}\"", name)});

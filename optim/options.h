@@ -53,9 +53,10 @@ struct OptimizerOptions {
 
   void declare(OptionSpecs& keys);
   FieldErrors validate() const;
-  // Keys set to something other than their defaults that the chosen optimizer does not read
-  // (optimizer.cpp): they have no effect (warnings, not errors).
-  FieldErrors unused_keys() const;
+  // Keys that the chosen optimizer does not read (optimizer.cpp), of those set to something
+  // other than their defaults and those `written` ("momentum"): they have no effect
+  // (warnings, not errors).
+  FieldErrors unused_keys(const std::vector<std::string>& written = {}) const;
   // These options with every "the optimizer's default" (eps = 0) replaced by the chosen
   // optimizer's value; an optimizer that does not use the key keeps 0.
   OptimizerOptions resolved() const;

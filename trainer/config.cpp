@@ -269,19 +269,56 @@ dist::DistContext dist_context(const Config& config) {
   return context;
 }
 
-// Every section's validate(), the rules between the trainer's own sections, and warnings.
+// The keys of `section` ("dist") among `written` ("dist.ps.staleness"), as the section names
+// them ("ps.staleness").
+std::vector<std::string> keys_of(const std::string& section,
+                                 const std::vector<std::string>& written) {
+  std::vector<std::string> keys;
+  const std::string prefix = section + ".";
+  for (const std::string& key : written) {
+    if (key.rfind(prefix, 0) == 0) keys.push_back(key.substr(prefix.size()));
+  }
+  return keys;
+}
+
+// The keys that the user wrote and that read well: each override's, and the file's, unless
+// the file writes every key. Such a file is a resolved config (a run's config.toml,
+// --print-config), whose keys at their defaults dtrain wrote, not the user: there only keys
+// that differ from their defaults count as chosen.
+std::vector<std::string> written_keys(const toml::table& file, const KeyTable& keys,
+                                      const std::vector<std::string>& overrides,
+                                      const std::set<std::string>& unread) {
+  std::vector<std::string> in_file;
+  for (const std::string& path : keys.paths) {
+    if (file.at_path(path) && unread.count(path) == 0) in_file.push_back(path);
+  }
+  std::vector<std::string> written;
+  if (in_file.size() < keys.paths.size()) written = std::move(in_file);
+  for (const std::string& assignment : overrides) {
+    const std::string key = assignment.substr(0, assignment.find('='));
+    if (keys.by_path.count(key) > 0 && unread.count(key) == 0 &&
+        std::find(written.begin(), written.end(), key) == written.end()) {
+      written.push_back(key);
+    }
+  }
+  return written;
+}
+
+// Every section's validate(), the rules between the trainer's own sections, and warnings of
+// keys that have no effect, of those `written` and those not at their defaults.
 void validate_sections(const Config& config, const toml::table& root,
-                       const std::set<std::string>& unread, Problems& problems,
+                       const std::set<std::string>& unread,
+                       const std::vector<std::string>& written, Problems& problems,
                        Problems& warnings) {
   report(config.run.validate(), "run", root, unread, problems);
   report(config.train.validate(), "train", root, unread, problems);
   report(config.model.validate(), "model", root, unread, problems);
   report(config.data.validate(), "data", root, unread, problems);
   report(config.optim.validate(), "optim", root, unread, problems);
-  report(config.optim.unused_keys(), "optim", root, unread, warnings);
+  report(config.optim.unused_keys(keys_of("optim", written)), "optim", root, unread, warnings);
   report(config.schedule.validate(), "schedule", root, unread, problems);
   report(config.dist.validate(dist_context(config)), "dist", root, unread, problems);
-  report(config.dist.unused_keys(), "dist", root, unread, warnings);
+  report(config.dist.unused_keys(keys_of("dist", written)), "dist", root, unread, warnings);
   report(config.debug.validate(), "debug", root, unread, problems);
 
   if (config.train.precision != "fp32" && config.run.device == "cpu") {
@@ -378,6 +415,7 @@ std::vector<std::string> cuda_graph_blockers(const Config& config) {
 Config load_config(const std::string& path, const std::vector<std::string>& overrides,
                    std::vector<std::string>& warnings) {
   toml::table root = read_file(path);
+  const toml::table as_in_file = root;
   const std::string file = path.empty() ? "<defaults>" : path;
   Problems problems(file);
   Problems warned(file);
@@ -389,7 +427,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   }
   std::set<std::string> unread;
   read_root(root, keys, unread, problems);
-  validate_sections(config, root, unread, problems, warned);
+  validate_sections(config, root, unread, written_keys(as_in_file, keys, overrides, unread),
+                    problems, warned);
   warnings = warned.take();
   if (!problems.empty()) throw ConfigError(problems.take());
   // Defaults that depend on another key take their value now, so that the saved config.toml

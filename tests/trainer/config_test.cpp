@@ -280,6 +280,30 @@ overlap = false
   const Config zero = load_config("", {"dist.strategy=zero"});
   const std::string resolved = write_config("zero_resolved.toml", dtrain::trainer::to_toml(zero));
   CHECK(warnings_of(resolved).empty());
+  // But an override is the user's, at its default too.
+  CHECK(warnings_of(resolved, {"dist.ddp.overlap=true"}) ==
+        std::vector<std::string>{
+            "--set dist.ddp.overlap: has no effect under dist.strategy = \"zero\""});
+}
+
+TEST_CASE("a key written at its default that has no effect is a warning too", "[config]") {
+  // staleness = 2 is SSP's default: under bsp it would go unsaid, and the run be BSP.
+  const std::string path = write_config("ssp_default.toml", R"([dist]
+strategy = "ps"
+[dist.ps]
+staleness = 2
+[optim]
+name = "adamw"
+momentum = 0.9
+)");
+  CHECK(warnings_of(path) ==
+        std::vector<std::string>{
+            path + ":4: dist.ps.staleness: has no effect under dist.ps.consistency = \"bsp\"",
+            path + ":7: optim.momentum: has no effect under optim.name = \"adamw\""});
+  CHECK(warnings_of("", {"dist.strategy=ps", "dist.ps.staleness=2"}) ==
+        std::vector<std::string>{"--set dist.ps.staleness: has no effect under "
+                                 "dist.ps.consistency = \"bsp\""});
+  CHECK(warnings_of(path, {"dist.ps.consistency=ssp", "optim.name=sgd"}).empty());
 }
 
 TEST_CASE("a compression key the chosen codec does not read is a warning", "[config]") {
