@@ -65,17 +65,28 @@ MemoryPrediction zero1(const ModelStateInput& input, int world_size) {
   return prediction;
 }
 
+// The parameters in reversed registration order: the order in which ddp and ZeRO-2 plan
+// their first buckets, backward's first guess.
+std::vector<int64_t> reversed_order(const ModelStateInput& input) {
+  std::vector<int64_t> order(input.params.size());
+  std::iota(order.rbegin(), order.rend(), 0);
+  return order;
+}
+
+// ZeRO-2's buckets (zero2.cpp): bucket_mb each, padded to a multiple of the ranks.
+PsPlan zero2_plan(const ZeroOptions& options, const ModelStateInput& input, int world_size) {
+  const auto cap = static_cast<int64_t>(options.bucket_mb * kMiB);
+  return rank_aligned_plan(
+      packed_layout(plan_buckets(reversed_order(input), input.params, cap, cap), input.params),
+      param_numels(input.params), world_size);
+}
+
 // zero2.h: every bucket padded to a multiple of N, the optimizer's copy of this rank's shard,
 // its shard of the gradients, the two shared bucket buffers, and the state of its pieces (the
 // padding has none).
 MemoryPrediction zero2(const ZeroOptions& options, const ModelStateInput& input,
                        int world_size) {
-  std::vector<int64_t> order(input.params.size());
-  std::iota(order.rbegin(), order.rend(), 0);  // reversed registration order, as zero2.cpp
-  const auto cap = static_cast<int64_t>(options.bucket_mb * kMiB);
-  const PsPlan plan =
-      rank_aligned_plan(packed_layout(plan_buckets(order, input.params, cap, cap), input.params),
-                        param_numels(input.params), world_size);
+  const PsPlan plan = zero2_plan(options, input, world_size);
   const int64_t element_size = static_cast<int64_t>(input.params.front().element_size());
   int64_t padded = 0, largest = 0;
   for (const BucketLayout& bucket : plan.layout) {
@@ -199,23 +210,16 @@ void add_codec_state(const DistOptions& options, const ModelStateInput& input,
                      MemoryPrediction& prediction) {
   if (!options.compression.enabled() || prediction.ranks.empty()) return;
   const int world_size = static_cast<int>(prediction.ranks.size());
-  std::vector<int64_t> order(input.params.size());
-  std::iota(order.rbegin(), order.rend(), 0);  // reversed registration order, as they plan
   Layout layout;
   compression::Share share = compression::Share::kWhole;
   int pushing = world_size;
   if (options.strategy == StrategyKind::kDdp) {
-    layout = packed_layout(plan_buckets(order, input.params,
+    layout = packed_layout(plan_buckets(reversed_order(input), input.params,
                                         static_cast<int64_t>(options.ddp.first_bucket_mb * kMiB),
                                         static_cast<int64_t>(options.ddp.bucket_mb * kMiB)),
                            input.params);
   } else if (options.strategy == StrategyKind::kZero && options.zero.stage == 2) {
-    const auto cap = static_cast<int64_t>(options.zero.bucket_mb * kMiB);
-    std::vector<int64_t> numels = param_numels(input.params);
-    layout = rank_aligned_plan(packed_layout(plan_buckets(order, input.params, cap, cap),
-                                             input.params),
-                               numels, world_size)
-                 .layout;
+    layout = zero2_plan(options.zero, input, world_size).layout;
     share = compression::Share::kShard;
   } else if (options.strategy == StrategyKind::kPs) {
     const PsOptions& ps = options.ps;
