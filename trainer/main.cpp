@@ -40,12 +40,14 @@ int launched_rank() {
   return 0;
 }
 
-// How many processes the launcher started; 1 when started alone.
+// How many processes the launcher started; 1 when started alone. Slurm's count only under
+// srun (which sets each task's SLURM_PROCID): an salloc shell has SLURM_NTASKS too.
 int launched_size() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
     if (const char* value = std::getenv(name)) return std::max(1, std::atoi(value));
   }
-  return 1;
+  const char* tasks = std::getenv("SLURM_NTASKS");
+  return tasks && std::getenv("SLURM_PROCID") ? std::max(1, std::atoi(tasks)) : 1;
 }
 
 // Most bad input (a config, a dataset path) is the same on every rank: one report of it is
