@@ -4,6 +4,7 @@
 #pragma once
 
 #include "fixtures.h"
+#include "source_dir.h"
 
 #include <png.h>
 

@@ -4,6 +4,7 @@
 // byte for byte; damage is a problem, never a crash or a line on stderr.
 #include "data/image_decode.h"
 #include "fixtures.h"
+#include "source_dir.h"
 
 #include <catch2/catch.hpp>
 

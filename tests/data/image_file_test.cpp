@@ -2,6 +2,7 @@
 // (tests/data/files/gradient32.jpg, 32x32, written by OpenCV) and the fixtures' PNG encoder.
 #include "data/image_file.h"
 #include "fixtures.h"
+#include "source_dir.h"
 
 #include <catch2/catch.hpp>
 

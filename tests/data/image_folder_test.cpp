@@ -3,6 +3,7 @@
 #include "common/log.h"
 #include "data/dataset.h"
 #include "fixtures.h"
+#include "source_dir.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,3 +1,4 @@
+#include "source_dir.h"
 #include "trainer/config.h"
 
 #include <catch2/catch.hpp>
