@@ -13,6 +13,10 @@ if ! command -v clang++ >/dev/null; then
   exit 77
 fi
 mkdir -p "$build"
+# As scripts/setup.sh: paths relative to the checkout, so that a clone in another folder (CI's)
+# compiles from ccache rather than anew.
+export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+export CCACHE_BASEDIR=$source_dir
 cmake -S "$source_dir" -B "$build" -G Ninja -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Release -DDTRAIN_FUZZ=ON \
   -DDTRAIN_FUZZ_SECONDS="$seconds" >"$build/configure.log" 2>&1 ||
