@@ -18,6 +18,10 @@ mkdir -p "$build"
 # checkout, or every CI run recompiles this build from nothing.
 export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
 export CCACHE_BASEDIR=$source_dir
+# -g1 makes ccache hash the build folder too (the objects' debug info names it), so a clone in
+# another folder would miss every file; without it a report's paths may name the folder of the
+# build that compiled the file first, with the file's own path and line after it.
+export CCACHE_NOHASHDIR=true
 if ! cmake -S "$source_dir" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DDTRAIN_SANITIZE=address,undefined \
      >"$build/configure.log" 2>&1; then
