@@ -87,14 +87,24 @@ python3 -c "import sys; sys.exit(not (0 <= float('$stale') <= 2))" ||
 echo "ok: a hierarchy of 2 nodes of 2 workers trains, staleness at most $stale"
 
 # Partial reads (dist.ps.ssp_reads = "partial"): worker 1 three times slower under SSP(2),
-# so worker 0 reads rounds that lack only worker 1's push.
-train 2 partial --set dist.ps.ssp_reads=partial --set train.max_steps=30 --set run.log_every=5 \
-  --set data.batch_size=16 --set "debug.slow_ranks=[1]" --set debug.slow_factor=3 ||
-  { tail "$work/partial.log"; fail "the partial-reads run failed"; }
-partial=$(metric_max partial ps/partial_reads)
-stale=$(metric_max partial ps/staleness_max)
-python3 -c "import sys; sys.exit(not (float('$partial') > 0 and 0 <= float('$stale') <= 2))" ||
-  fail "partial reads: ps/partial_reads at most $partial, staleness $stale"
+# so worker 0 reads rounds that lack only worker 1's push. On a loaded machine a run may see
+# no read land in a round in progress (worker 0 too late for every preview), as
+# dist.ssp_partial_test knows: such a run is tried again, 3 times at most; every run's
+# staleness must stay within the bound.
+for attempt in 1 2 3; do
+  rm -rf "$work/partial"
+  train 2 partial --set dist.ps.ssp_reads=partial --set train.max_steps=30 \
+    --set run.log_every=5 --set data.batch_size=16 --set "debug.slow_ranks=[1]" \
+    --set debug.slow_factor=3 || { tail "$work/partial.log"; fail "the partial-reads run failed"; }
+  partial=$(metric_max partial ps/partial_reads)
+  stale=$(metric_max partial ps/staleness_max)
+  python3 -c "import sys; sys.exit(not (0 <= float('$stale') <= 2))" ||
+    fail "partial reads: staleness $stale past the bound 2"
+  python3 -c "import sys; sys.exit(not float('$partial') > 0)" && break
+  echo "run $attempt: no read landed in a round in progress (ps/partial_reads $partial)"
+done
+python3 -c "import sys; sys.exit(not float('$partial') > 0)" ||
+  fail "partial reads: ps/partial_reads at most $partial in 3 runs"
 echo "ok: partial reads under SSP(2) with a straggler: a step read $partial of its chunks partial"
 
 # Bad input: one line naming the problem, exit 2.
