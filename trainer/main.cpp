@@ -184,7 +184,10 @@ int run_reporting(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const CommandLineError& e) {  // CLI11's words, as it prints them alone
-    return fail([&e](const std::string&) { std::fprintf(stderr, "%s\n", e.what()); }, 2);
+    return fail([&e](const std::string&) {
+      const std::string text = e.what();  // the help after --config's line ends in a newline
+      std::fprintf(stderr, "%s%s", text.c_str(), !text.empty() && text.back() == '\n' ? "" : "\n");
+    }, 2);
   } catch (const dtrain::trainer::ConfigError& e) {  // every problem, a line each
     return fail([&e](const std::string&) {
       for (const std::string& problem : e.problems()) std::fprintf(stderr, "%s\n", problem.c_str());
