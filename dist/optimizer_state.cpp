@@ -1,6 +1,7 @@
 #include "dist/optimizer_state.h"
 
 #include "common/error.h"
+#include "common/files.h"
 #include "dist/ps/piece_state.h"
 #include "optim/state_key.h"
 
@@ -247,7 +248,7 @@ torch::Tensor bytes_tensor(const std::string& bytes) {
 void save_optimizer(torch::optim::Optimizer& optimizer, const std::string& dir) {
   torch::serialize::OutputArchive archive;
   optimizer.save(archive);
-  archive.save_to(whole_file(dir));
+  save_archive(archive, whole_file(dir));
 }
 
 std::string zero_state_file(const std::string& dir, int rank) {
@@ -260,11 +261,13 @@ void save_partition_optimizer(torch::optim::Optimizer& optimizer, const std::str
                               int rank) {
   torch::serialize::OutputArchive archive;
   optimizer.save(archive);
-  archive.save_to(zero_state_file(dir, rank));
+  save_archive(archive, zero_state_file(dir, rank));
 }
 
 void save_zero_partition(const std::vector<int64_t>& first, const std::string& dir) {
-  torch::save(torch::tensor(first, torch::kInt64), zero_partition_file(dir));
+  torch::serialize::OutputArchive archive;
+  archive.write("0", torch::tensor(first, torch::kInt64));  // torch::save's layout for torch::load
+  save_archive(archive, zero_partition_file(dir));
 }
 
 std::string slice_state_file(const std::string& dir, int rank) {
@@ -282,7 +285,7 @@ void save_slice_states(const std::vector<ParamSlice>& slices,
   for (size_t i = 0; i < states.size(); ++i) {
     archive.write(fmt::format("state{}", i), bytes_tensor(states[i]));
   }
-  archive.save_to(slice_state_file(dir, rank));
+  save_archive(archive, slice_state_file(dir, rank));
 }
 
 void save_slice_index(const std::vector<std::vector<ParamSlice>>& by_rank, int64_t num_params,
@@ -293,7 +296,7 @@ void save_slice_index(const std::vector<std::vector<ParamSlice>>& by_rank, int64
   for (size_t rank = 0; rank < by_rank.size(); ++rank) {
     archive.write(fmt::format("rank{}", rank), slice_rows(by_rank[rank]));
   }
-  archive.save_to(slice_index_file(dir));
+  save_archive(archive, slice_index_file(dir));
 }
 
 void load_optimizer_state(const std::string& dir, const std::vector<torch::Tensor>& params,

@@ -1,6 +1,7 @@
 #include "models/export.h"
 
 #include "common/error.h"
+#include "common/files.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (fmt >= 10 keeps it here)
@@ -41,17 +42,7 @@ std::string shape_text(at::IntArrayRef sizes) {
 
 void write_file(const std::string& path, const std::vector<char>& bytes) {
   const std::string tmp = path + ".tmp";
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    throw UserError(fmt::format("cannot create {}: {}; check that its directory exists and is "
-                                "writable", tmp, std::strerror(errno)));
-  }
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out) {
-    throw UserError(fmt::format("writing {} bytes to {} failed; check free disk space",
-                                bytes.size(), tmp));
-  }
+  write_whole_file(tmp, std::string_view(bytes.data(), bytes.size()));
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     throw UserError(fmt::format("cannot rename {} to {}: {}", tmp, path, std::strerror(errno)));
   }

@@ -10,12 +10,9 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <vector>
 
@@ -42,15 +39,6 @@ std::vector<fs::path> complete_checkpoints(const std::string& dir) {
   }
   std::sort(found.begin(), found.end());  // zero-padded step numbers sort in step order
   return found;
-}
-
-void write_file(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  out.close();
-  if (!out) {
-    throw UserError(fmt::format("{}: cannot write: {}", path.string(), std::strerror(errno)));
-  }
 }
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
@@ -140,11 +128,16 @@ void Checkpointer::save(const CheckpointInfo& info, const dist::NamedTensors& mo
              "write its part into", all_agree);
   if (rank != 0) return;
 
-  models::save_state_dict(model_state, (temp_path / "model.pt").string());
-  strategy.save(temp_path.string());
-  write_file(temp_path / "state.toml", state_text(info));
-  write_file(temp_path / "config.toml", config_toml);
-  write_file(temp_path / "DONE", "");
+  try {
+    models::save_state_dict(model_state, (temp_path / "model.pt").string());
+    strategy.save(temp_path.string());
+    write_whole_file(temp_path / "state.toml", state_text(info));
+    write_whole_file(temp_path / "config.toml", config_toml);
+    write_whole_file(temp_path / "DONE", "");
+  } catch (...) {
+    remove_tree(temp_path);  // a full disk: give the space back, keep the previous checkpoints
+    throw;
+  }
 
   // rename() of a directory is atomic: readers see the old checkpoint set or the new one.
   remove_tree(final_path);

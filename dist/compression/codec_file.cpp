@@ -1,13 +1,13 @@
 #include "dist/compression/codec_file.h"
 
 #include "common/error.h"
+#include "common/files.h"
 #include "common/log.h"
 #include "dist/comm/gather.h"
 
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 namespace dtrain::dist::compression {
@@ -80,10 +80,7 @@ std::vector<std::string> gather_codec_states(const Codec& codec, Communicator& c
 
 void write_codec_states(const std::string& dir, const std::vector<std::string>& states) {
   for (size_t rank = 0; rank < states.size(); ++rank) {
-    const std::string file = codec_state_file(dir, static_cast<int>(rank));
-    std::ofstream out(file, std::ios::binary);
-    out << states[rank];
-    if (!out) throw UserError(fmt::format("{}: cannot write", file));
+    write_whole_file(codec_state_file(dir, static_cast<int>(rank)), states[rank]);
   }
 }
 

@@ -5,6 +5,7 @@
 #include "dist/ps/ps.h"
 
 #include "common/error.h"
+#include "common/files.h"
 #include "dist/comm/gather.h"
 #include "dist/compression/codec_file.h"
 #include "dist/optimizer_state.h"
@@ -14,7 +15,6 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 
 namespace dtrain::dist {
 
@@ -99,9 +99,8 @@ void PsStrategy::prepare_checkpoint() {
 void PsStrategy::save(const std::string& dir) const {
   DTRAIN_CHECK(whole_ != nullptr, "ps: save() without prepare_checkpoint() on every rank");
   save_optimizer(*whole_, dir);
-  std::ofstream plan(dir + "/ps_plan.txt");
-  plan << plan_.describe(names_, static_cast<int64_t>(params_.front().element_size()));
-  if (!plan) throw UserError(fmt::format("{}/ps_plan.txt: cannot write", dir));
+  write_whole_file(dir + "/ps_plan.txt",
+                   plan_.describe(names_, static_cast<int64_t>(params_.front().element_size())));
   if (encoder_) compression::write_codec_states(dir, gathered_codec_states_);
 }
 

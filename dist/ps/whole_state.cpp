@@ -1,6 +1,7 @@
 #include "dist/ps/whole_state.h"
 
 #include "common/error.h"
+#include "common/files.h"
 #include "common/host_wait.h"
 #include "dist/comm/gather.h"
 #include "dist/optimizer_state.h"
@@ -8,7 +9,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <string>
 
 namespace dtrain::dist {
@@ -107,9 +107,8 @@ void save_whole_state(const std::string& dir, const PsPlan& plan,
   DTRAIN_CHECK(static_cast<int>(gathered.size()) == plan.servers,
                "ps: save() without prepare_checkpoint() on every rank");
   save_optimizer(*whole_optimizer(plan, params, make_optimizer, gathered), dir);
-  std::ofstream described(dir + "/ps_plan.txt");
-  described << plan.describe(names, static_cast<int64_t>(params.front().element_size()));
-  if (!described) throw UserError(fmt::format("{}/ps_plan.txt: cannot write", dir));
+  write_whole_file(dir + "/ps_plan.txt",
+                   plan.describe(names, static_cast<int64_t>(params.front().element_size())));
 }
 
 void load_whole_state(const std::string& dir, const PsPlan& plan, int server,

@@ -2,6 +2,7 @@
 
 #include "common/bytes.h"
 #include "common/error.h"
+#include "common/files.h"
 #include "common/log.h"
 #include "dist/buckets.h"
 #include "dist/compression/codec_file.h"
@@ -10,7 +11,6 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <numeric>
 
 namespace dtrain::dist {
@@ -121,11 +121,8 @@ void Zero2Strategy::save_partition(const std::string& dir) const {
   const int rank = comm_->rank();
   save_shard_state(plan_, rank, *shard_, dir);
   if (!codec_hook_) return;
-  const std::string file = compression::codec_state_file(dir, rank);
-  std::ofstream out(file, std::ios::binary);
-  out << compression::serialize_codec_state(codec_hook_->codec(), comm_->size());
-  out.close();
-  if (!out) throw UserError(fmt::format("{}: cannot write", file));
+  write_whole_file(compression::codec_state_file(dir, rank),
+                   compression::serialize_codec_state(codec_hook_->codec(), comm_->size()));
 }
 
 void Zero2Strategy::save(const std::string& dir) const {
