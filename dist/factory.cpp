@@ -18,17 +18,45 @@ bool ps_uses_p2p(const PsOptions& ps, bool on_gpus) {
   return ps.transport == "p2p" || (ps.transport == "auto" && on_gpus && serve);
 }
 
+void check_strategy(const DistOptions& options, int world_size, bool on_gpus) {
+  if (options.strategy == StrategyKind::kSingle && world_size > 1) {
+    throw UserError(fmt::format(
+        "dist.strategy = \"single\" with {} ranks: each rank would train alone; use "
+        "dist.strategy = \"ddp\", or start one rank",
+        world_size));
+  }
+  if (options.strategy != StrategyKind::kPs) return;
+  if (ps_uses_p2p(options.ps, on_gpus)) {
+    if (options.compression.enabled()) {
+      throw UserError(fmt::format(
+          "dist.compression.kind = \"{}\" is not available over the parameter server's "
+          "\"p2p\" transport, which \"auto\" picks on GPUs for ssp_reads = \"partial\"; "
+          "set dist.ps.transport = \"messages\", or kind = \"none\"",
+          options.compression.kind));
+    }
+    return;
+  }
+  if (options.ps.use_collectives(on_gpus) || options.ps.consistency != "ssp") return;
+  if (options.ps.predict_weights) {
+    throw UserError(
+        "dist.ps.predict_weights = true needs the collective transport (placement "
+        "\"colocated\", dist.ps.transport = \"collectives\"), which keeps the versions it "
+        "extrapolates from; this run takes the messages transport");
+  }
+  if (options.ps.ssp_reads == "exact") {
+    // The messages transport reads whatever has arrived, chunk by chunk.
+    throw UserError(
+        "dist.ps.ssp_reads = \"exact\" needs the collective transport (placement "
+        "\"colocated\", dist.ps.transport = \"collectives\"); this run takes the messages "
+        "transport, which reads what has arrived: use ssp_reads = \"newest\"");
+  }
+}
+
 std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
                                         std::shared_ptr<Communicator> world) {
-  if (options.strategy == StrategyKind::kSingle) {
-    if (world->size() > 1) {
-      throw UserError(fmt::format(
-          "dist.strategy = \"single\" with {} ranks: each rank would train alone; use "
-          "dist.strategy = \"ddp\", or start one rank",
-          world->size()));
-    }
-    return std::make_unique<SingleStrategy>(world);
-  }
+  const bool on_gpus = world->device().is_cuda();
+  check_strategy(options, world->size(), on_gpus);
+  if (options.strategy == StrategyKind::kSingle) return std::make_unique<SingleStrategy>(world);
   if (options.strategy == StrategyKind::kDdp) {
     return std::make_unique<DdpStrategy>(options.ddp, world, options.compression);
   }
@@ -40,31 +68,11 @@ std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
     return std::make_unique<ZeroStrategy>(world);
   }
   if (options.strategy == StrategyKind::kPs) {
-    if (ps_uses_p2p(options.ps, world->device().is_cuda())) {
-      if (options.compression.enabled()) {
-        throw UserError(fmt::format(
-            "dist.compression.kind = \"{}\" is not available over the parameter server's "
-            "\"p2p\" transport, which \"auto\" picks on GPUs for ssp_reads = \"partial\"; "
-            "set dist.ps.transport = \"messages\", or kind = \"none\"",
-            options.compression.kind));
-      }
+    if (ps_uses_p2p(options.ps, on_gpus)) {
       return std::make_unique<PsPeerStrategy>(options.ps, world, options.timeout_s);
     }
-    if (options.ps.use_collectives(world->device().is_cuda())) {
+    if (options.ps.use_collectives(on_gpus)) {
       return std::make_unique<PsCollectiveStrategy>(options.ps, world, options.compression);
-    }
-    if (options.ps.consistency == "ssp" && options.ps.predict_weights) {
-      throw UserError(
-          "dist.ps.predict_weights = true needs the collective transport (placement "
-          "\"colocated\", dist.ps.transport = \"collectives\"), which keeps the versions it "
-          "extrapolates from; this run takes the messages transport");
-    }
-    if (options.ps.consistency == "ssp" && options.ps.ssp_reads == "exact") {
-      // The messages transport reads whatever has arrived, chunk by chunk.
-      throw UserError(
-          "dist.ps.ssp_reads = \"exact\" needs the collective transport (placement "
-          "\"colocated\", dist.ps.transport = \"collectives\"); this run takes the messages "
-          "transport, which reads what has arrived: use ssp_reads = \"newest\"");
     }
     return std::make_unique<PsStrategy>(options.ps, world, options.timeout_s, options.compression);
   }

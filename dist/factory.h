@@ -14,6 +14,11 @@ namespace dtrain::dist {
 // device.
 bool ps_uses_p2p(const PsOptions& ps, bool on_gpus);
 
+// What make_strategy refuses once the world's size and the workers' device are known (the
+// transport "auto" picks depends on the device): throws UserError. The dry run calls it for a
+// world it only imagines.
+void check_strategy(const DistOptions& options, int world_size, bool on_gpus);
+
 std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
                                         std::shared_ptr<Communicator> world);
 

@@ -321,6 +321,12 @@ FieldErrors DistOptions::validate(const DistContext& context) const {
                                     "worker's shard dies with it); this run has \"{}\" and \"{}\"",
                                     ps.consistency, ps.placement)});
     }
+    if (context.global_grad_clipping && ps.consistency == "async") {
+      errors.push_back({"ps.consistency",
+                        "\"async\" with optim.max_grad_norm (LAMB's global gradient clipping): "
+                        "the servers apply pushes independently, so no step sees the whole "
+                        "gradient's norm; set max_grad_norm = 0 or use \"bsp\" or \"ssp\""});
+    }
     if (context.sync_batchnorm && ps.consistency != "bsp") {
       errors.push_back({"ps.consistency",
                         fmt::format("\"{}\" with model.sync_batchnorm: SyncBatchNorm makes every "

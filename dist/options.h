@@ -211,6 +211,8 @@ struct DistContext {
   bool sync_batchnorm = false;
   // train.precision = "bf16": the model computes in bf16 under autocast.
   bool bf16_compute = false;
+  // LAMB's optim.max_grad_norm: the step needs the norm of the whole gradient.
+  bool global_grad_clipping = false;
 };
 
 struct DistOptions {

@@ -266,6 +266,7 @@ dist::DistContext dist_context(const Config& config) {
   context.skip_nonfinite = config.train.nonfinite == "skip";
   context.sync_batchnorm = config.model.sync_batchnorm;
   context.bf16_compute = config.train.precision == "bf16";
+  context.global_grad_clipping = config.optim.name == "lamb" && config.optim.max_grad_norm > 0;
   return context;
 }
 

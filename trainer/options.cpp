@@ -24,8 +24,9 @@ void RunOptions::declare(OptionSpecs& keys) {
 
 FieldErrors RunOptions::validate() const {
   FieldErrors errors = check_declared(*this);
-  if (name.empty() || name.find('/') != std::string::npos) {
-    errors.push_back({"name", "must be a non-empty name without '/'"});
+  // "." and ".." would put the run's files in out_dir itself or above it, beside other runs.
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
+    errors.push_back({"name", "must be a non-empty name without '/', other than . and .."});
   }
   if (out_dir.empty()) errors.push_back({"out_dir", "must not be empty"});
   return errors;

@@ -34,7 +34,7 @@ std::string run_dir_of(const Config& config) {
 }
 
 bool holds_run(const std::string& dir) {
-  for (const char* name : {"config.toml", "metrics.jsonl", "train.log", "checkpoints"}) {
+  for (const char* name : {"config.toml", "metrics.jsonl", "metrics.csv", "train.log", "checkpoints"}) {
     if (fs::exists(fs::path(dir) / name)) return true;
   }
   return false;

@@ -14,7 +14,7 @@ namespace dtrain::trainer {
 // run.out_dir/run.name
 std::string run_dir_of(const Config& config);
 
-// Whether `dir` holds a run: a config.toml, metrics.jsonl, train.log or checkpoints/.
+// Whether `dir` holds a run: a config.toml, metrics.jsonl, metrics.csv, train.log or checkpoints/.
 bool holds_run(const std::string& dir);
 
 // Throws UserError when this run would write into a directory that holds another run:

@@ -99,6 +99,17 @@ void check_debug_ranks(const DebugOptions& debug, int world_size) {
   check(debug.nan_loss_ranks, "nan_loss_ranks");
 }
 
+}  // namespace
+
+void check_world(const Config& config, int world_size) {
+  check_debug_ranks(config.debug, world_size);
+  const bool on_gpus = config.run.device == "cuda" ||
+                       (config.run.device == "auto" && torch::cuda::is_available());
+  dist::check_strategy(config.dist, world_size, on_gpus);
+}
+
+namespace {
+
 void to_channels_last(torch::nn::Module& model) {
   for (torch::Tensor& param : model.parameters()) {
     if (param.dim() == 4) param.set_data(param.data().contiguous(at::MemoryFormat::ChannelsLast));

@@ -41,6 +41,12 @@ struct RunSetup {
 // (dist/placement.h) never call it.
 torch::Device resolve_device(const std::string& requested, int local_rank);
 
+// What the start-up refuses for a world of `world_size` ranks beyond the config's own checks
+// (debug ranks outside it, a strategy its device does not serve): throws UserError. The real
+// start-up checks the same as it builds the run; the dry run calls this for a world it only
+// imagines.
+void check_world(const Config& config, int world_size);
+
 // Collective: every rank builds its part of the run and checks that all ranks agree on the
 // resolved config and on the model's parameter names and shapes.
 RunSetup build_run(const Config& config);

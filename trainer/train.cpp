@@ -524,6 +524,7 @@ RunResult run_training(const Config& config, const RunFlags& flags) {
     if (flags.resume) resume_from_checkpoints = resume_from(run_dir, *flags.resume);
   }
   if (flags.dry_run && flags.world_size) {  // another world: no ranks to start
+    check_world(config, *flags.world_size);
     report_memory_plan(config, *flags.world_size, flags.dry_run_json, /*imagined_world=*/true);
     return {};
   }

@@ -53,6 +53,19 @@ expect_failure "exact SSP reads over messages" "dist.ps.ssp_reads = \"exact\" ne
 expect_failure "weight prediction over messages" "dist.ps.predict_weights = true needs the collective transport" -- \
   "${cfg[@]}" --set dist.strategy=ps --set dist.ps.consistency=ssp --set dist.ps.predict_weights=true \
   --set train.max_steps=1
+# The dry run of another world refuses what that world's start-up would.
+expect_failure "dry run: exact SSP reads over messages" "dist.ps.ssp_reads = \"exact\" needs the collective transport" -- \
+  "${cfg[@]}" --set dist.strategy=ps --set dist.ps.consistency=ssp --set dist.ps.ssp_reads=exact \
+  --dry-run --world-size 3
+expect_failure "dry run: a slowed rank outside the world" "debug.slow_ranks: rank 5 is not in this world of 3" -- \
+  "${cfg[@]}" --set "debug.slow_ranks=[5]" --set dist.strategy=ddp --dry-run --world-size 3
+expect_failure "dry run: single on several ranks" "dist.strategy = \"single\" with 2 ranks" -- \
+  "${cfg[@]}" --dry-run --world-size 2
+expect_failure "LAMB's clipping under async" "\"async\" with optim.max_grad_norm (LAMB's global gradient clipping)" -- \
+  "${cfg[@]}" --set dist.strategy=ps --set dist.ps.consistency=async --set optim.name=lamb \
+  --set optim.nesterov=false --set optim.max_grad_norm=1 --dry-run --world-size 3
+expect_failure "run.name that climbs out of run.out_dir" "run.name: must be a non-empty name without '/', other than . and .." -- \
+  "${cfg[@]}" --set run.name=.. --set train.max_steps=1
 expect_failure "batch larger than the dataset" "exceeds the 60000 training samples" -- \
   "${cfg[@]}" --set data.batch_size=100000 --set train.max_steps=1 --set run.device=cpu
 expect_failure "a head narrower than the labels" \

@@ -68,6 +68,12 @@ TEST_CASE("a directory holding a run is refused without --resume", "[run_dir]") 
                   UserError);
 }
 
+TEST_CASE("a metrics.csv alone marks a run too (a new run would append to it)", "[run_dir]") {
+  const fs::path run = fresh_dir("csv_only");
+  std::ofstream(run / "metrics.csv") << "x\n";
+  CHECK(dtrain::trainer::holds_run(run.string()));
+}
+
 TEST_CASE("--resume offers a checkpoint, or a run's checkpoints newest first", "[run_dir]") {
   const fs::path run = fresh_dir("offers");
   make_checkpoint(run / "checkpoints" / "step_00000006");
