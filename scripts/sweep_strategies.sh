@@ -20,6 +20,7 @@
 #     --steps N                    steps per run (default 200)
 #     --repeat N                   runs per point, to show the spread (default 3)
 #     --config FILE                the job (default configs/fashion_mnist.toml)
+#   OUT_DIR, --config and a --set data.path, where relative, are from the current directory.
 #   Further --set options go to every run (e.g. --set run.device=cuda); --help prints this.
 # Each rank keeps the config's per-rank batch, so N ranks train on N times the global batch;
 # "ranks" counts workers (dedicated servers are started beside them).
@@ -40,7 +41,10 @@ die() { echo "sweep_strategies.sh: $*" >&2; exit 2; }
 case ${1:-} in -h | --help) usage; exit 0 ;; esac
 (($# >= 2)) && [[ $1 != -* && $2 != -* ]] || { usage >&2; exit 2; }  # BUILD_DIR or OUT_DIR left out
 [ -x "$1/trainer" ] || die "$1/trainer: no trainer there (BUILD_DIR is the build directory)"
-build_arg=$1 out_arg=$2
+# Relative paths given are the caller's, made absolute here: the runs start from the repo root
+# (the default config and scripts/mpirun.sh are found there).
+absolute() { if [[ $1 == /* ]]; then echo "$1"; else echo "$PWD/$1"; fi; }
+build_arg=$1 out_arg=$(absolute "$2")
 shift 2
 ranks="1 2" strategies="single ddp zero" steps=200 repeat=3 config=configs/fashion_mnist.toml
 sets=()
@@ -55,8 +59,14 @@ while (($#)); do
     --strategies) strategies=$2 ;;
     --steps) steps=$2 ;;
     --repeat) repeat=$2 ;;
-    --config) config=$2 ;;
-    --set) sets+=(--set "$2") ;;
+    --config) config=$(absolute "$2") ;;
+    # data.path, bare or quoted ("dir", 'dir'), is the one path a --set can give.
+    --set)
+      if [[ $2 =~ ^data\.path=([\"\']?)([^/\"\'].*)$ ]]; then
+        sets+=(--set "data.path=${BASH_REMATCH[1]}$(absolute "${BASH_REMATCH[2]}")")
+      else
+        sets+=(--set "$2")
+      fi ;;
   esac
   shift 2
 done
@@ -121,7 +131,7 @@ done
 
 build=$(cd "$build_arg" && pwd)
 cd "$(dirname "$0")/.."
-[ -f "$config" ] || die "--config $config: no such file (a relative path is from $PWD)"
+[ -f "$config" ] || die "--config $config: no such file"
 log_every=$((steps / 5 > 0 ? steps / 5 : 1))
 # The job as every run gets it, loaded once (no ranks, a second or two): a bad --set or config
 # is said in the trainer's words before anything launches, not once per run.

@@ -34,7 +34,8 @@ done
 refused '--ranks "0": give a whole number of at least 1' "$build" "$tmp/refused" --ranks "1 0"
 refused '--repeat "x": give a whole number of at least 1' "$build" "$tmp/refused" --repeat x
 refused 'nothing to run' "$build" "$tmp/refused" --ranks 2 --strategies single
-refused "--config nope.toml: no such file" "$build" "$tmp/refused" --config nope.toml
+# A relative --config is the caller's, not the repo root's.
+(cd "$tmp" && refused "--config $tmp/nope.toml: no such file" "$build" refused --config nope.toml)
 # The real trainer loads the job once (no ranks, no data) and says what is wrong with it.
 refused "optim.lr" "$build" "$tmp/refused" --set optim.lr=-1
 
@@ -54,6 +55,7 @@ case $dist_strategy in
   ps) echo "--set dist.ps.staleness: the stand-in refuses it" >&2; exit 2 ;;
 esac
 mkdir -p "$run_out_dir/$run_name"
+printf '%s\n' "$@" >"$run_out_dir/$run_name/args"
 for step in 1 2; do
   echo "{\"kind\":\"step\",\"step\":$step,\"time/step_ms\":5,\"loss/train\":1}"
 done >"$run_out_dir/$run_name/metrics.jsonl"
@@ -71,6 +73,18 @@ done
 [ "$status" -eq 1 ] && [[ $said != *np1_ps_r2* && $said != *"Primary job"* ]] ||
   { echo "FAIL: exit $status (expected 1), or ps repeated, or mpirun's banner shown: $said"; exit 1; }
 echo "ok: mistakes refused before anything starts; failed runs named, exit 1"
+
+# Relative OUT_DIR, --config and --set data.path are from the caller's directory.
+mkdir -p "$tmp/caller/deep"
+touch "$tmp/caller/deep/job.toml"
+(cd "$tmp/caller/deep" && "$sweep" "$tmp/fake" out --ranks 1 --steps 2 --repeat 1 \
+  --strategies ddp --config job.toml --set data.path=images >/dev/null)
+args=$(cat "$tmp/caller/deep/out/np1_ddp_r1/args")
+for expected in "$tmp/caller/deep/job.toml" "data.path=$tmp/caller/deep/images" \
+  "run.out_dir=$tmp/caller/deep/out"; do
+  grep -qxF -- "$expected" <<<"$args" || { echo "FAIL: no \"$expected\" in: $args"; exit 1; }
+done
+echo "ok: relative paths are the caller's"
 
 "$source/scripts/sweep_strategies.sh" "$(dirname "$trainer")" "$tmp" --ranks "1 2" --steps 20 \
   --repeat 2 --strategies "single ddp zero ps ps:ssp1+dedicated1" \
