@@ -133,13 +133,18 @@ build=$(cd "$build_arg" && pwd)
 cd "$(dirname "$0")/.."
 [ -f "$config" ] || die "--config $config: no such file"
 log_every=$((steps / 5 > 0 ? steps / 5 : 1))
-# The job as every run gets it, loaded once (no ranks, a second or two): a bad --set or config
-# is said in the trainer's words before anything launches, not once per run.
-if ! checked=$("$build/trainer" --print-config --config "$config" --set train.max_steps="$steps" \
-  --set run.log_every="$log_every" "${sets[@]}" 2>&1 >/dev/null); then
-  echo "$checked" >&2
-  die "the job does not load (above: the trainer's words); nothing was run"
-fi
+# The job as the runs of each strategy get it, loaded once (no ranks, a second or two): a bad
+# --set, config or variant (zero:stage9) is said in the trainer's words before anything
+# launches, not once per run.
+for strategy in $strategies; do
+  strategy_sets "$strategy"
+  if ! checked=$("$build/trainer" --print-config --config "$config" "${variant[@]}" \
+    --set train.max_steps="$steps" --set run.log_every="$log_every" "${sets[@]}" 2>&1 >/dev/null)
+  then
+    echo "$checked" >&2
+    die "the job under $strategy does not load (above: the trainer's words); nothing was run"
+  fi
+done
 mkdir -p "$out_arg"
 out=$(cd "$out_arg" && pwd)
 

@@ -36,8 +36,10 @@ refused '--repeat "x": give a whole number of at least 1' "$build" "$tmp/refused
 refused 'nothing to run' "$build" "$tmp/refused" --ranks 2 --strategies single
 # A relative --config is the caller's, not the repo root's.
 (cd "$tmp" && refused "--config $tmp/nope.toml: no such file" "$build" refused --config nope.toml)
-# The real trainer loads the job once (no ranks, no data) and says what is wrong with it.
+# The real trainer loads the job once (no ranks, no data) and says what is wrong with it;
+# under each strategy with its variant's settings.
 refused "optim.lr" "$build" "$tmp/refused" --set optim.lr=-1
+refused "dist.zero.stage: 9 is outside" "$build" "$tmp/refused" --strategies "ddp zero:stage9"
 
 # A stand-in trainer, so that runs fail without training: zero fails as a rank does, ps as a
 # config error does (exit 2: its repeat is skipped), ddp writes two step records.
