@@ -17,17 +17,24 @@ import gzip
 import os
 import struct
 import sys
+import zlib
 
 try:
     from PIL import Image
 except ImportError:
-    sys.exit("fashion_mnist_to_folder.py needs Pillow: apt-get install python3-pil "
-             "(and run it with the Python that has it, e.g. /usr/bin/python3)")
+    sys.exit(f"fashion_mnist_to_folder.py needs Pillow, which {sys.executable} lacks: "
+             "apt-get install python3-pil, then run it with /usr/bin/python3")
 
 CLASSES = ["t-shirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker",
            "bag", "ankle-boot"]
 SPLITS = [("train", "train"), ("val", "t10k")]  # (folder, IDX file prefix)
 IMAGE_MAGIC, LABEL_MAGIC = 2051, 2049
+
+
+def fail(message):
+    """A mistake in the arguments or the input: one line, exit 2."""
+    print(f"fashion_mnist_to_folder.py: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def read_idx(source, name, magic):
@@ -36,38 +43,58 @@ def read_idx(source, name, magic):
     if not os.path.isfile(path):
         path += ".gz"
     if not os.path.isfile(path):
-        sys.exit(f"{path}: not found (nor without .gz); install Debian's dataset-fashion-mnist "
-                 "or pass --source DIR")
+        fail(f"{path}: not found (nor without .gz); install Debian's dataset-fashion-mnist "
+             "or pass --source DIR")
     opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as file:
-        data = file.read()
+    try:
+        with opener(path, "rb") as file:
+            data = file.read()
+    except (OSError, EOFError, zlib.error) as error:  # EOFError: a .gz cut short
+        fail(f"{path}: cannot be read ({getattr(error, 'strerror', None) or error}); "
+             "a damaged copy? install it again")
     count = magic - 2048  # the magic's low byte is the number of dimensions
     if len(data) < 4 + 4 * count or struct.unpack(">I", data[:4])[0] != magic:
-        sys.exit(f"{path}: not an IDX file of {count} dimension(s) (magic {magic})")
+        fail(f"{path}: not an IDX file of {count} dimension(s) (magic {magic})")
     dims = struct.unpack(f">{count}I", data[4:4 + 4 * count])
     payload = data[4 + 4 * count:]
     size = 1
     for d in dims:
         size *= d
     if len(payload) != size:
-        sys.exit(f"{path}: {len(payload)} bytes of data, {size} expected for {dims}")
+        fail(f"{path}: {len(payload)} bytes of data, {size} expected for {dims}")
     return dims, payload
 
 
-def write_split(source, out, folder, prefix):
-    (count, rows, cols), pixels = read_idx(source, f"{prefix}-images-idx3-ubyte", IMAGE_MAGIC)
+def read_split(source, prefix):
+    """((count, rows, cols), pixels, labels) of split `prefix`, every class in it."""
+    dims, pixels = read_idx(source, f"{prefix}-images-idx3-ubyte", IMAGE_MAGIC)
     (label_count,), labels = read_idx(source, f"{prefix}-labels-idx1-ubyte", LABEL_MAGIC)
-    if label_count != count:
-        sys.exit(f"{source}: {count} {prefix} images but {label_count} labels")
-    if max(labels) >= len(CLASSES):
-        sys.exit(f"{source}: a {prefix} label is {max(labels)}; Fashion-MNIST's are 0 to 9")
+    if label_count != dims[0]:
+        fail(f"{source}: {dims[0]} {prefix} images but {label_count} labels")
+    if label_count and max(labels) >= len(CLASSES):
+        fail(f"{source}: a {prefix} label is {max(labels)}; Fashion-MNIST's are 0 to 9")
+    # The folder reader numbers classes by folder and refuses an empty one: a class missing
+    # from a split would shift the labels of the classes after it, or stop the trainer.
+    missing = [f"{label} ({CLASSES[label]})" for label in range(len(CLASSES))
+               if label not in labels]
+    if missing:
+        fail(f"{source}: {prefix} has no images of class {', '.join(missing)}; the folder "
+             "needs every class in train/ and in val/")
+    return dims, pixels, labels
+
+
+def write_split(out, folder, split):
+    (count, rows, cols), pixels, labels = split
     dirs = [os.path.join(out, folder, f"{label}_{name}") for label, name in enumerate(CLASSES)]
-    for d in dirs:
-        os.makedirs(d, exist_ok=True)
     size = rows * cols
-    for i in range(count):
-        image = Image.frombytes("L", (cols, rows), pixels[i * size:(i + 1) * size])
-        image.save(os.path.join(dirs[labels[i]], f"{i:05d}.png"))
+    try:
+        for d in dirs:
+            os.makedirs(d, exist_ok=True)
+        for i in range(count):
+            image = Image.frombytes("L", (cols, rows), pixels[i * size:(i + 1) * size])
+            image.save(os.path.join(dirs[labels[i]], f"{i:05d}.png"))
+    except OSError as error:  # read-only, a full disk
+        fail(f"{error.filename or out}: {error.strerror or error}")
     print(f"{os.path.join(out, folder)}: {count} images of {cols}x{rows}")
 
 
@@ -77,8 +104,12 @@ def main():
     parser.add_argument("--source", default="/usr/share/datasets/fashion-mnist",
                         help="folder holding the IDX files (default: Debian's)")
     args = parser.parse_args()
-    for folder, prefix in SPLITS:
-        write_split(args.source, args.out, folder, prefix)
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        fail(f"{args.out}: not a folder")
+    # Both splits read and checked before anything is written.
+    splits = [(folder, read_split(args.source, prefix)) for folder, prefix in SPLITS]
+    for folder, split in splits:
+        write_split(args.out, folder, split)
 
 
 if __name__ == "__main__":
