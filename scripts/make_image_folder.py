@@ -7,10 +7,11 @@ reads, for benchmarking the image pipeline (decode, crop, resize) where ImageNet
 
 OUT/train/<class>/<class>_<i>.JPEG and OUT/val/<class>/val_<i>.JPEG, classes n00000000,
 n00000001, ... (sorted in label order, like ImageNet's WordNet ids). Image i belongs to class
-i % C; the first round(N x F) images are val/, the rest train/. Every file is a function of
-(seed, i) alone: the same arguments give the same bytes, whatever --jobs. Each image costs
-about 20 ms of one core (300 images: 5.5 s of user time), so 100,000 images take some 35
-core-minutes.
+i % C; the first round(N x F) images are val/, the rest train/. OUT must be new or empty:
+images left there by other arguments (other classes) would be read as part of the folder.
+Every file is a function of (seed, i) alone: the same arguments give the same bytes, whatever
+--jobs. Each image costs about 20 ms of one core (300 images: 5.5 s of user time), so 100,000
+images take some 35 core-minutes.
 
 What the images imitate, and why (the decode and resize cost of a JPEG grows with its pixels
 and its compressed bytes, so both are matched to ImageNet-1k's training set):
@@ -39,9 +40,10 @@ try:
     import numpy as np
     from PIL import Image
 except ImportError as error:
-    package = "python3-numpy" if error.name == "numpy" else "python3-pil"
-    sys.exit(f"make_image_folder.py needs {error.name}: apt-get install {package} "
-             "(and run it with the Python that has it, e.g. /usr/bin/python3)")
+    # Both named: where one is missing, the other often is too.
+    sys.exit(f"make_image_folder.py needs NumPy and Pillow; {sys.executable} has no "
+             f"{error.name}: apt-get install python3-numpy python3-pil, then run it with "
+             "/usr/bin/python3")
 
 QUALITY = 90
 NOISE_STD = 20.0  # per-pixel noise in 8-bit steps; sets the bytes per pixel (see the header)
@@ -99,6 +101,27 @@ def write_image(job):
     return pixels.shape[1], pixels.shape[0], os.path.getsize(path)
 
 
+def fail(message):
+    """A mistake in the arguments or the output folder: one line, exit 2."""
+    print(f"make_image_folder.py: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def make_folders(out, classes):
+    """OUT/{train,val}/<class>/, in a new or empty OUT: images left there from another run (of
+    other classes, say) would be read as part of this folder."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        fail(f"{out}: not a folder")
+    if os.path.isdir(out) and os.listdir(out):
+        fail(f"{out}: not empty; give a new or empty folder (its files would mix with these)")
+    try:
+        for split in ("train", "val"):
+            for label in range(classes):
+                os.makedirs(os.path.join(out, split, f"n{label:08d}"), exist_ok=True)
+    except OSError as error:
+        fail(f"{error.filename}: {error.strerror}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", help="folder to write train/ and val/ into")
@@ -111,21 +134,28 @@ def main():
     parser.add_argument("--jobs", type=int, default=os.cpu_count(),
                         help="processes encoding images (default: the cores)")
     args = parser.parse_args()
+    # Checked before rounding: round(NaN) raises (and NaN fails `0 < F < 1`, as it should).
+    for bad, problem in ((args.classes < 2, f"--classes {args.classes}: give at least 2"),
+                         (args.jobs < 1, f"--jobs {args.jobs}: give at least 1"),
+                         (args.seed < 0, f"--seed {args.seed}: give at least 0"),
+                         (not 0 < args.val_fraction < 1,
+                          f"--val-fraction {args.val_fraction}: give a share in (0, 1)")):
+        if bad:
+            fail(problem)
     num_val = round(args.images * args.val_fraction)
-    if args.classes < 2 or args.jobs < 1 or not 0 < args.val_fraction < 1:
-        sys.exit("--classes must be at least 2, --jobs at least 1, --val-fraction in (0, 1)")
     if min(num_val, args.images - num_val) < args.classes:
-        sys.exit(f"--images {args.images} at --val-fraction {args.val_fraction} gives "
-                 f"{num_val} val and {args.images - num_val} train images, fewer than the "
-                 f"{args.classes} classes; every class needs an image in both: raise --images "
-                 "or lower --classes")
-    for split in ("train", "val"):
-        for label in range(args.classes):
-            os.makedirs(os.path.join(args.out, split, f"n{label:08d}"), exist_ok=True)
+        fail(f"--images {args.images} at --val-fraction {args.val_fraction} gives "
+             f"{num_val} val and {args.images - num_val} train images, fewer than the "
+             f"{args.classes} classes; every class needs an image in both: raise --images "
+             "or lower --classes")
+    make_folders(args.out, args.classes)
     jobs = ((args.out, args.seed, i, i % args.classes, i < num_val) for i in range(args.images))
     start = time.monotonic()
-    with multiprocessing.Pool(args.jobs) as pool:
-        written = list(pool.imap_unordered(write_image, jobs, chunksize=16))
+    try:
+        with multiprocessing.Pool(args.jobs) as pool:
+            written = list(pool.imap_unordered(write_image, jobs, chunksize=16))
+    except OSError as error:  # a full disk, say; raised in a worker, re-raised here
+        fail(f"{error.filename}: {error.strerror}")
     sizes = np.array(written, np.float64)
     print(f"{args.out}: {args.images - num_val} train and {num_val} val images, "
           f"{args.classes} classes, mean {sizes[:, 0].mean():.0f}x{sizes[:, 1].mean():.0f} px, "
