@@ -5,7 +5,8 @@ run, so runs of different strategies or settings can be compared at a glance.
 
     scripts/plot_run.py OUT.png RUN_DIR_OR_METRICS [RUN_DIR_OR_METRICS ...]
 
-A run is named by its directory. Needs matplotlib (Debian: python3-matplotlib).
+A run is named by its directory, and runs of the same name (one per sweep, say) by as many of
+its parent folders as tell them apart: sweep1/np2_ddp_r1, sweep2/np2_ddp_r1. Needs matplotlib (Debian: python3-matplotlib).
 """
 import json
 import os
@@ -41,7 +42,7 @@ def output_path(path):
 
 
 def load(path):
-    """(name, records) of a run directory or a metrics.jsonl file."""
+    """(directory, records) of a run directory or a metrics.jsonl file."""
     if os.path.isdir(path):
         path = os.path.join(path, "metrics.jsonl")
     if not os.path.isfile(path):
@@ -61,8 +62,22 @@ def load(path):
         fail(f"{path}: not text, so not a metrics.jsonl")
     except OSError as error:
         fail(f"{path}: {error.strerror or error}")
-    name = os.path.basename(os.path.dirname(os.path.abspath(path)))
-    return name, records
+    return os.path.dirname(os.path.abspath(path)), records
+
+
+def labels(dirs):
+    """The name of each run directory in `dirs`: its last folder, with parents added to those
+    of the same name until they differ (a directory given twice keeps its short name)."""
+    parts = [d.split(os.sep) for d in dirs]
+    depth = [1] * len(dirs)
+    while True:
+        names = [os.sep.join(p[-k:]) for p, k in zip(parts, depth)]
+        grow = [i for i, name in enumerate(names) if depth[i] < len(parts[i]) and
+                len({d for d, other in zip(dirs, names) if other == name}) > 1]
+        if not grow:
+            return names
+        for i in grow:
+            depth[i] += 1
 
 
 def points(records, kind, key):
@@ -79,7 +94,8 @@ def main():
         print(__doc__, file=sys.stderr)
         sys.exit(2)
     out = output_path(sys.argv[1])
-    runs = [load(path) for path in sys.argv[2:]]
+    loaded = [load(path) for path in sys.argv[2:]]
+    runs = list(zip(labels([d for d, _ in loaded]), [records for _, records in loaded]))
     panels = [p for p in PANELS if any(points(records, p[0], p[1]) for _, records in runs)]
     if not panels:
         fail("no step or evaluation records in the given runs")
@@ -106,7 +122,8 @@ def main():
         fig.savefig(out, dpi=110)
     except (OSError, ValueError) as error:  # unwritable; a suffix matplotlib has no format for
         fail(f"{out}: {getattr(error, 'strerror', None) or error}")
-    print(f"wrote {out}: {len(runs)} run(s), {len(panels)} panel(s)")
+    print(f"wrote {out}: {len(runs)} run(s) ({', '.join(name for name, _ in runs)}), "
+          f"{len(panels)} panel(s)")
 
 
 if __name__ == "__main__":

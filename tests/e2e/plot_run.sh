@@ -20,6 +20,13 @@ status=$?
 if "$python" -c "import matplotlib" 2>/dev/null; then
   [ "$status" -eq 0 ] && [ -s "$work/runs.png" ] || { echo "FAIL: $output"; exit 1; }
   echo "plot_run: $output"
+  # Runs of the same name from two sweeps: named with the folder that tells them apart.
+  mkdir "$work/other" && cp -r "$work/lr0.1" "$work/other/"
+  output=$("$python" "$source_dir/scripts/plot_run.py" "$work/same.png" "$work/lr0.1" \
+    "$work/other/lr0.1" "$work/lr0.05" 2>&1)
+  [[ $output == *"3 run(s) ($(basename "$work")/lr0.1, other/lr0.1, lr0.05)"* ]] ||
+    { echo "FAIL: same-named runs: $output"; exit 1; }
+  echo "plot_run: $output"
   printf 'ranks,strategy,repeat,step_ms,img_per_s,exposed_ms\n1,single,1,10,800,\n2,ddp,1,6,1300,1\n' \
     >"$work/sweep.csv"
   output=$("$python" "$source_dir/scripts/plot_sweep.py" "$work/sweep.csv" "$work/sweep.png" 2>&1)
@@ -30,6 +37,10 @@ else
     { echo "FAIL: without matplotlib: $output"; exit 1; }
   echo "plot_run: no matplotlib here; the hint is printed: $output"
 fi
+# The names alone, without matplotlib: parents added only where names clash.
+names=$(cd "$source_dir/scripts" && "$python" -c 'import plot_run
+print(plot_run.labels(["/a/s1/r", "/b/s1/r", "/a/s2/r", "/a/s2/q", "/a/s2/q"]))')
+[ "$names" = "['a/s1/r', 'b/s1/r', 's2/r', 'q', 'q']" ] || { echo "FAIL: names $names"; exit 1; }
 # SCRIPT EXPECTED ARGUMENT...: SCRIPT exits 2 with the one line EXPECTED, no traceback.
 refused() {
   local script=$1 expected=$2 said
