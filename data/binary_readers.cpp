@@ -249,6 +249,7 @@ constexpr int64_t kCifarSide = 32;
 constexpr int64_t kCifarPixels = 3 * kCifarSide * kCifarSide;  // CHW: 1024 R, 1024 G, 1024 B
 constexpr int64_t kCifarRecord = 1 + kCifarPixels;             // label byte, then pixels
 constexpr int64_t kCifarClasses = 10;
+constexpr int64_t kCifarBatchRecords = 10000;  // each of the 5 training batches and the test batch
 constexpr int64_t kCifarPad = 4;
 
 // CIFAR-10 in memory: labels [n] and pixels [n, 3, 32, 32], uint8.
@@ -280,10 +281,20 @@ class Cifar10Dataset : public Dataset {
   void append(const std::string& path) {
     const std::vector<uint8_t> bytes = read_file(path);
     const auto size = static_cast<int64_t>(bytes.size());
-    if (size == 0 || size % kCifarRecord != 0) {
-      throw UserError(fmt::format("{}: truncated: {} bytes is not a whole number of {}-byte "
-                                  "records (1 label + 3072 pixels); download the file again",
-                                  path, size, kCifarRecord));
+    if (size == 0) {
+      throw UserError(fmt::format("{}: empty (0 bytes); download the file again", path));
+    }
+    if (size % kCifarRecord != 0) {
+      // Short of a whole batch, the file lost its end; longer, bytes were added to it.
+      const bool short_of_batch = size < kCifarBatchRecords * kCifarRecord;
+      throw UserError(fmt::format(
+          "{}: {}{} bytes is not a whole number of {}-byte records (1 label + 3072 pixels): {} "
+          "and {} over, {} than a CIFAR-10 batch ({} records, {} bytes); download the file "
+          "again",
+          path, short_of_batch ? "truncated: " : "", size, kCifarRecord,
+          count_of(size / kCifarRecord, "record"), count_of(size % kCifarRecord, "byte"),
+          short_of_batch ? "shorter" : "longer", kCifarBatchRecords,
+          kCifarBatchRecords * kCifarRecord));
     }
     const int64_t count = size / kCifarRecord;
     const size_t first = labels_.size();

@@ -79,6 +79,10 @@ std::string dataset_hint(const std::string& name) {
   return "set data.path to the folder holding train/ and val/, one sub-folder per class in each";
 }
 
+std::string count_of(int64_t count, const std::string& noun) {
+  return fmt::format("{} {}{}", count, noun, count == 1 ? "" : "s");
+}
+
 std::string folder_problem(const std::string& path) {
   std::error_code error;
   const fs::file_status status = fs::status(path, error);

@@ -39,6 +39,9 @@ std::unique_ptr<Dataset> open_synthetic(const DataOptions& options);
 // What to do to get dataset `name`'s files, for error messages ("install Debian package ...").
 std::string dataset_hint(const std::string& name);
 
+// `count` and `noun` for messages, plural unless count is 1: "1 record", "2 records".
+std::string count_of(int64_t count, const std::string& noun);
+
 // Why `path` cannot be a dataset folder ("does not exist", "not a folder (it is a file)"),
 // or "" when it is a folder.
 std::string folder_problem(const std::string& path);

@@ -313,7 +313,9 @@ TEST_CASE("CIFAR-10 reader rejects missing, truncated and CIFAR-100 files, namin
   bytes.resize(bytes.size() - 10);
   test::write_bytes(third, bytes);
   error = open_error(options);
-  CHECK(contains(error, third.string() + ": truncated: 6136 bytes is not a whole number"));
+  CHECK(contains(error, third.string() + ": truncated: 6136 bytes is not a whole number of "
+                                         "3073-byte records (1 label + 3072 pixels): 1 record "
+                                         "and 3063 bytes over"));
 
   bytes = test::cifar_records(2);
   bytes[3073] = 57;  // record 1's label
@@ -321,6 +323,33 @@ TEST_CASE("CIFAR-10 reader rejects missing, truncated and CIFAR-100 files, namin
   error = open_error(options);
   CHECK(contains(error, third.string() + ": corrupt: record 1 has label 57"));
   CHECK(open_error(options, Split::kTest).empty());
+}
+
+TEST_CASE("CIFAR-10 reader: a size that is not whole records says by how much; truncated if short") {
+  test::TempDir dir;
+  const DataOptions options = options_for("cifar10", dir.str());
+  write_cifar(dir.path(), 2);
+  const fs::path second = dir.path() / "data_batch_2.bin";
+  const std::string shape = " is not a whole number of 3073-byte records (1 label + 3072 pixels): ";
+  const std::string batch = "a CIFAR-10 batch (10000 records, 30730000 bytes)";
+
+  // 2 bytes over a whole batch: not truncated.
+  std::vector<uint8_t> bytes(10000 * 3073 + 2, 0);
+  test::write_bytes(second, bytes);
+  std::string error = open_error(options);
+  CHECK(error == second.string() + ": 30730002 bytes" + shape + "10000 records and 2 bytes " +
+                     "over, longer than " + batch + "; download the file again");
+
+  // Short of a whole batch: truncated.
+  bytes = test::cifar_records(2);
+  bytes.resize(bytes.size() + 2);
+  test::write_bytes(second, bytes);
+  error = open_error(options);
+  CHECK(error == second.string() + ": truncated: 6148 bytes" + shape + "2 records and 2 bytes " +
+                     "over, shorter than " + batch + "; download the file again");
+
+  test::write_bytes(second, {});
+  CHECK(open_error(options) == second.string() + ": empty (0 bytes); download the file again");
 }
 
 TEST_CASE("synthetic dataset: shape, determinism, on_device; unknown names are refused") {
