@@ -5,52 +5,13 @@
 #include "data/readers.h"
 
 #include <fmt/format.h>
-#include <zlib.h>
 
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 
 namespace dtrain::data {
 
 namespace fs = std::filesystem;
-
-std::vector<uint8_t> read_file(const std::string& path) {
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    throw UserError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  }
-  gzbuffer(file, 1 << 17);
-  std::vector<uint8_t> bytes;
-  // Reads of doubling size, 64 KiB to 16 MiB: small files cost little, large ones few calls.
-  size_t chunk = size_t{1} << 16;
-  int got = 0;
-  do {
-    const size_t old_size = bytes.size();
-    bytes.resize(old_size + chunk);
-    got = gzread(file, bytes.data() + old_size, static_cast<unsigned>(chunk));
-    bytes.resize(old_size + static_cast<size_t>(std::max(got, 0)));
-    chunk = std::min(chunk * 2, size_t{1} << 24);
-  } while (got > 0);
-  int code = Z_OK;
-  const std::string message = gzerror(file, &code);
-  const int saved_errno = errno;
-  gzclose(file);
-  if (code == Z_BUF_ERROR) {
-    throw UserError(fmt::format("{}: truncated: the gzip stream ends after {} bytes; "
-                                "download the file again",
-                                path, bytes.size()));
-  }
-  if (code == Z_ERRNO) {
-    throw UserError(fmt::format("{}: cannot read: {}", path, std::strerror(saved_errno)));
-  }
-  if (code != Z_OK || got < 0) {
-    throw UserError(fmt::format("{}: corrupt gzip data ({}); download the file again", path,
-                                message));
-  }
-  bytes.shrink_to_fit();
-  return bytes;
-}
 
 PixelTable make_pixel_table(const std::array<double, 3>& mean, const std::array<double, 3>& std) {
   PixelTable table{};

@@ -46,9 +46,10 @@ std::string count_of(int64_t count, const std::string& noun);
 // or "" when it is a folder.
 std::string folder_problem(const std::string& path);
 
-// The whole content of `path`, gunzipped when it is a gzip file (zlib reads plain files
-// through unchanged). Throws UserError naming the file when it cannot be opened or the
-// gzip stream is corrupt; a truncated gzip stream yields the bytes before the cut.
+// The whole content of `path`: gunzipped when it starts with the gzip signature (its
+// members' contents in order), else the bytes as they are. Throws UserError naming the file
+// when it cannot be opened or read, or its gzip data is corrupt, cut short, or followed by
+// bytes that are not another gzip member.
 std::vector<uint8_t> read_file(const std::string& path);
 
 // uint8 pixel -> normalised float, per channel: lut[c][v] = (v / 255 - mean[c]) / std[c].

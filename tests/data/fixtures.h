@@ -71,6 +71,25 @@ inline void write_gz(const fs::path& path, const std::vector<uint8_t>& bytes) {
   gzclose(file);
 }
 
+// `bytes` as one gzip member (RFC 1952), in memory.
+inline std::vector<uint8_t> gzip_bytes(const std::vector<uint8_t>& bytes) {
+  z_stream stream{};
+  if (deflateInit2(&stream, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8,
+                   Z_DEFAULT_STRATEGY) != Z_OK) {
+    throw std::runtime_error("deflateInit2 failed");
+  }
+  std::vector<uint8_t> out(deflateBound(&stream, static_cast<uLong>(bytes.size())));
+  stream.next_in = const_cast<Bytef*>(bytes.data());
+  stream.avail_in = static_cast<uInt>(bytes.size());
+  stream.next_out = out.data();
+  stream.avail_out = static_cast<uInt>(out.size());
+  const int code = deflate(&stream, Z_FINISH);
+  out.resize(stream.total_out);
+  deflateEnd(&stream);
+  if (code != Z_STREAM_END) throw std::runtime_error("deflate did not finish");
+  return out;
+}
+
 inline std::vector<uint8_t> read_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};

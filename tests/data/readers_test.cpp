@@ -191,6 +191,53 @@ TEST_CASE("IDX reader rejects missing, truncated, corrupt and mismatched files, 
   CHECK(contains(error, images_gz.string() + ": truncated"));
 }
 
+TEST_CASE("gzip IDX files: members may be concatenated; other bytes after them are an error") {
+  test::TempDir dir;
+  write_mnist(dir.path(), /*gz=*/false);
+  const fs::path plain = dir.path() / "train-images-idx3-ubyte";
+  const fs::path images = dir.path() / "train-images-idx3-ubyte.gz";
+  fs::remove(plain);
+  DataOptions options = options_for("mnist", dir.str());
+  options.augment = false;
+  const std::vector<uint8_t> content = test::idx_images(5, 4, 3);
+  const std::vector<uint8_t> whole = test::gzip_bytes(content);
+  const auto append = [](std::vector<uint8_t> bytes, const std::vector<uint8_t>& more) {
+    bytes.insert(bytes.end(), more.begin(), more.end());
+    return bytes;
+  };
+
+  // Two members (gzip -c a b, or cat a.gz b.gz) are one file's content, in order.
+  const auto half = content.begin() + static_cast<ptrdiff_t>(content.size() / 2);
+  test::write_bytes(images, append(test::gzip_bytes({content.begin(), half}),
+                                   test::gzip_bytes({half, content.end()})));
+  const auto train = open_dataset(options, Split::kTrain);
+  REQUIRE(train->size() == 5);
+  std::vector<float> out(12);
+  CHECK(train->get(4, out.data(), 0) == 2);
+  CHECK(out[11] == Approx(((4 * 31 + 3 * 7 + 2) / 255.0 - 0.1307) / 0.3081).epsilon(1e-6));
+
+  // Anything else after the last member is damage, even a single byte.
+  const std::string end = ": corrupt: the gzip data ends at byte " + std::to_string(whole.size());
+  test::write_bytes(images, append(whole, {'j', 'u', 'n', 'k', '\n'}));
+  CHECK(open_error(options) == images.string() + end + " of " +
+                                   std::to_string(whole.size() + 5) +
+                                   ", and the 5 bytes after it are not another gzip member; "
+                                   "download the file again");
+  test::write_bytes(images, append(whole, {0x1f}));
+  CHECK(contains(open_error(options),
+                 images.string() + end + " of " + std::to_string(whole.size() + 1) +
+                     ", and the 1 byte after it is not another gzip member"));
+  test::write_bytes(images, append(whole, {0}));
+  CHECK(contains(open_error(options), images.string() + ": corrupt: "));
+  // A second member cut short is truncated, like a first one.
+  test::write_bytes(images, append(whole, {0x1f, 0x8b, 8}));
+  CHECK(contains(open_error(options), images.string() + ": truncated: "));
+  // Plain files are read as they are, whatever they hold.
+  fs::remove(images);
+  test::write_bytes(plain, append(content, {0x1f, 0x8b}));
+  CHECK(contains(open_error(options), plain.string() + ": corrupt: header promises 5 images"));
+}
+
 TEST_CASE("the real Fashion-MNIST files load (skipped when not installed)") {
   const DataOptions options;  // the default path and dataset
   if (!fs::exists(fs::path(options.path) / "train-labels-idx1-ubyte.gz") &&
