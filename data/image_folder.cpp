@@ -14,8 +14,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <iterator>
 
 namespace dtrain::data {
 
@@ -24,6 +26,32 @@ namespace dtrain::data {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The first few of `names`, then how many more: "a, b, c, d and 6 more".
+std::string some_of(const std::vector<std::string>& names) {
+  constexpr size_t kShown = 4;
+  std::string text;
+  for (size_t i = 0; i < std::min(names.size(), kShown); ++i) {
+    text += (i > 0 ? ", " : "") + names[i];
+  }
+  if (names.size() > kShown) text += fmt::format(" and {} more", names.size() - kShown);
+  return text;
+}
+
+// How two sorted lists of class names differ: "only in train: b, c; only in val: d".
+std::string class_difference(const std::vector<std::string>& train,
+                             const std::vector<std::string>& val) {
+  std::vector<std::string> train_only;
+  std::vector<std::string> val_only;
+  std::set_difference(train.begin(), train.end(), val.begin(), val.end(),
+                      std::back_inserter(train_only));
+  std::set_difference(val.begin(), val.end(), train.begin(), train.end(),
+                      std::back_inserter(val_only));
+  std::string text;
+  if (!train_only.empty()) text = "only in train: " + some_of(train_only);
+  if (!val_only.empty()) text += (text.empty() ? "" : "; ") + ("only in val: " + some_of(val_only));
+  return text;
+}
 
 class ImageFolderDataset : public Dataset {
  public:
@@ -107,10 +135,10 @@ std::unique_ptr<Dataset> open_image_folder(const DataOptions& options, Split spl
     if (split == Split::kTest && fs::is_directory(train_root)) {
       const std::vector<std::string> train_classes = class_names(train_root);
       if (train_classes != classes) {
-        throw UserError(fmt::format("{}: class folders differ from {} ({} vs {} classes); "
-                                    "labels are folder indices, so both need the same classes",
-                                    root.string(), train_root.string(), classes.size(),
-                                    train_classes.size()));
+        throw UserError(fmt::format("{}: class folders differ from {}'s: {}; labels are folder "
+                                    "indices, so both need the same classes",
+                                    root.string(), train_root.string(),
+                                    class_difference(train_classes, classes)));
       }
     }
     FileList files = list_files(root, classes);

@@ -276,7 +276,26 @@ TEST_CASE("image folder: missing folders, no classes, empty classes, mismatched 
   write_png(dir.path() / "train" / "b" / "y.jpg.png", 8, 8, test::solid_rgb(8, 8, 1, 2, 3));
   CHECK(open_error(options).empty());
   write_png(dir.path() / "val" / "a" / "x.png", 8, 8, test::solid_rgb(8, 8, 1, 2, 3));
-  CHECK(contains(open_error(options, Split::kTest), "class folders differ"));
+  const std::string val = (dir.path() / "val").string();
+  const std::string train = (dir.path() / "train").string();
+  const std::string why = "; labels are folder indices, so both need the same classes";
+  CHECK(open_error(options, Split::kTest) ==
+        val + ": class folders differ from " + train + "'s: only in train: b" + why);
+
+  // As many classes on each side, some differing: each side's names.
+  fs::create_directories(dir.path() / "val" / "c");
+  CHECK(open_error(options, Split::kTest) ==
+        val + ": class folders differ from " + train + "'s: only in train: b; only in val: c" +
+            why);
+
+  // Many: the first few, then how many more.
+  for (const char* name : {"d", "e", "f", "g", "h", "i"}) {
+    fs::create_directories(dir.path() / "train" / name);
+  }
+  fs::create_directories(dir.path() / "val" / "b");
+  CHECK(open_error(options, Split::kTest) ==
+        val + ": class folders differ from " + train +
+            "'s: only in train: d, e, f, g and 2 more; only in val: c" + why);
 }
 
 #else
