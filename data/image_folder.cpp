@@ -146,13 +146,18 @@ std::unique_ptr<Dataset> open_image_folder(const DataOptions& options, Split spl
     if (options.skip_bad_images) {
       const Unreadable dropped = drop_unreadable(files);
       skipped = dropped.count;
+      // The first file left out, by itself or as the first of several.
+      const std::string which = (dropped.count == 1 ? "(" : "(first: ") + dropped.first + ")";
       if (files.size() == 0) {
-        throw UserError(fmt::format("{}: none of its {} images is readable (first: {})",
-                                    root.string(), dropped.count, dropped.first));
+        throw UserError(dropped.count == 1
+                            ? fmt::format("{}: its one image is unreadable {}", root.string(),
+                                          which)
+                            : fmt::format("{}: none of its {} images is readable {}",
+                                          root.string(), dropped.count, which));
       }
       if (dropped.count > 0) {
-        log::info("{}: skipped {} unreadable images (first: {})", root.string(), dropped.count,
-                  dropped.first);
+        log::info("{}: skipped {} {}", root.string(),
+                  count_of(dropped.count, "unreadable image"), which);
       }
     }
     const bool train = split == Split::kTrain && options.augment;

@@ -249,9 +249,24 @@ TEST_CASE("image folder: skip_bad_images leaves damaged files out when it opens"
   test::TempDir bad;
   test::write_bytes(bad.path() / "train" / "a" / "x.png", {'x'});
   options.path = bad.str();
-  CHECK(contains(open_error(options), "none of its 1 images is readable (first: "));
+  const fs::path x = bad.path() / "train" / "a" / "x.png";
+  CHECK(contains(open_error(options),
+                 (bad.path() / "train").string() + ": its one image is unreadable (" +
+                     x.string() + ": not a JPEG or PNG"));
+  test::write_bytes(bad.path() / "train" / "a" / "y.png", {'y'});
+  CHECK(contains(open_error(options), "train: none of its 2 images is readable (first: " +
+                                          x.string() + ": not a JPEG or PNG"));
   options.skip_bad_images = false;
   CHECK(open_error(options).empty());
+
+  // One file left out is said in the singular, and is not the "first" of several.
+  fs::remove(bad.path() / "train" / "a" / "y.png");
+  write_png(bad.path() / "train" / "a" / "z.png", 8, 8, test::solid_rgb(8, 8, 1, 2, 3));
+  options.skip_bad_images = true;
+  CHECK(open_dataset(options, Split::kTrain)->num_skipped() == 1);
+  CHECK(contains(test::read_text(log_path), (bad.path() / "train").string() +
+                                                ": skipped 1 unreadable image (" + x.string() +
+                                                ": not a JPEG or PNG"));
   fs::remove(log_path);
 }
 
