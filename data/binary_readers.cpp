@@ -127,15 +127,16 @@ class IdxDataset : public Dataset {
     rows_ = read_be32(images_, 8);
     cols_ = read_be32(images_, 12);
     if (count_ < 1 || rows_ < 1 || cols_ < 1 || rows_ > 4096 || cols_ > 4096) {
-      throw UserError(fmt::format("{}: corrupt header: {} images of {}x{}", path, count_, rows_,
-                                  cols_));
+      throw UserError(fmt::format("{}: corrupt header: {} of {}x{}", path,
+                                  count_of(count_, "image"), rows_, cols_));
     }
     const auto expected = static_cast<uint64_t>(16 + count_ * rows_ * cols_);
     if (images_.size() != expected) {
-      throw UserError(fmt::format("{}: {}: header promises {} images of {}x{} ({} bytes), file "
-                                  "{} {} bytes",
+      throw UserError(fmt::format("{}: {}: header promises {} of {}x{} ({} bytes), file {} {} "
+                                  "bytes",
                                   path, images_.size() < expected ? "truncated" : "corrupt",
-                                  count_, rows_, cols_, expected, holds(path), images_.size()));
+                                  count_of(count_, "image"), rows_, cols_, expected, holds(path),
+                                  images_.size()));
     }
   }
 
@@ -153,16 +154,17 @@ class IdxDataset : public Dataset {
     }
     const int64_t count = read_be32(labels_, 4);
     if (count != count_) {
-      throw UserError(fmt::format("{}: {} labels, but {} holds {} images; both files must come "
-                                  "from the same release and split",
-                                  path, count, images_path, count_));
+      throw UserError(fmt::format("{}: {}, but {} holds {}; both files must come from the same "
+                                  "release and split",
+                                  path, count_of(count, "label"), images_path,
+                                  count_of(count_, "image")));
     }
     const auto expected = static_cast<uint64_t>(8 + count);
     if (labels_.size() != expected) {
-      throw UserError(fmt::format("{}: {}: header promises {} labels ({} bytes), file {} {} "
-                                  "bytes",
+      throw UserError(fmt::format("{}: {}: header promises {} ({} bytes), file {} {} bytes",
                                   path, labels_.size() < expected ? "truncated" : "corrupt",
-                                  count, expected, holds(path), labels_.size()));
+                                  count_of(count, "label"), expected, holds(path),
+                                  labels_.size()));
     }
     for (int64_t i = 0; i < count; ++i) {
       const int64_t label = labels_[static_cast<size_t>(8 + i)];

@@ -179,6 +179,25 @@ TEST_CASE("IDX reader rejects missing, truncated, corrupt and mismatched files, 
   error = open_error(options);
   CHECK(contains(error, labels.string() + ": truncated: header promises 5 labels"));
 
+  // Counts of one in the singular.
+  test::write_bytes(labels, test::idx_labels(1));
+  error = open_error(options);
+  CHECK(contains(error,
+                 labels.string() + ": 1 label, but " + images.string() + " holds 5 images"));
+  bytes = test::idx_images(1, 28, 28);
+  bytes.pop_back();
+  test::write_bytes(images, bytes);
+  error = open_error(options);
+  CHECK(contains(error, images.string() + ": truncated: header promises 1 image of 28x28 (800 "
+                                          "bytes), file holds 799 bytes"));
+  test::write_bytes(images, test::idx_images(1, 28, 28));
+  bytes = test::idx_labels(1);
+  bytes.push_back(0);
+  test::write_bytes(labels, bytes);
+  error = open_error(options);
+  CHECK(contains(error, labels.string() + ": corrupt: header promises 1 label (9 bytes), file "
+                                          "holds 10 bytes"));
+
   // A gzip file cut short: zlib reports the stream ends early.
   test::write_bytes(labels, test::idx_labels(5));
   fs::remove(images);
@@ -372,7 +391,7 @@ TEST_CASE("CIFAR-10 reader rejects missing, truncated and CIFAR-100 files, namin
   CHECK(open_error(options, Split::kTest).empty());
 }
 
-TEST_CASE("CIFAR-10 reader: a size that is not whole records says by how much; truncated if short") {
+TEST_CASE("CIFAR-10 reader: a size not of whole records says by how much, truncated if short") {
   test::TempDir dir;
   const DataOptions options = options_for("cifar10", dir.str());
   write_cifar(dir.path(), 2);
