@@ -53,19 +53,26 @@ bool gzip_member_at(const std::vector<uint8_t>& bytes, size_t offset) {
   return bytes.size() - offset >= 2 && bytes[offset] == 0x1f && bytes[offset + 1] == 0x8b;
 }
 
+// A first guess at the size of gzip data `in` unpacked: the last member's ISIZE, its
+// content's size mod 2^32 (the whole content's for the usual single member), in the last 4
+// bytes, little-endian. At least 64 KiB; at most deflate's largest ratio, 1032:1, so that
+// damaged last bytes cannot ask for GiBs.
+size_t content_size_guess(const std::vector<uint8_t>& in) {
+  constexpr size_t kLeast = size_t{1} << 16;
+  const size_t n = in.size();
+  if (n < 4) return kLeast;
+  const size_t isize = uint32_t{in[n - 4]} | uint32_t{in[n - 3]} << 8 |
+                       uint32_t{in[n - 2]} << 16 | uint32_t{in[n - 1]} << 24;
+  return std::clamp(isize, kLeast, std::max(kLeast, n * 1032));
+}
+
 // The content of the gzip members that make up `in`, one after another (RFC 1952: a file of
 // several members holds their contents concatenated, as `cat a.gz b.gz` makes).
 std::vector<uint8_t> gunzip(const std::string& path, const std::vector<uint8_t>& in) {
   z_stream stream{};
   if (inflateInit2(&stream, 16 + MAX_WBITS) != Z_OK) throw std::bad_alloc();  // gzip only
   const std::unique_ptr<z_stream, EndInflate> end(&stream);
-  // A first guess at the size: the last member's ISIZE, its content's size mod 2^32 (the
-  // whole content's for the usual single member), in the file's last 4 bytes, little-endian.
-  const size_t n = in.size();
-  const size_t last_size = n < 4 ? 0
-                                 : uint32_t{in[n - 4]} | uint32_t{in[n - 3]} << 8 |
-                                       uint32_t{in[n - 2]} << 16 | uint32_t{in[n - 1]} << 24;
-  std::vector<uint8_t> out(std::max(last_size, size_t{1} << 16));
+  std::vector<uint8_t> out(content_size_guess(in));
   size_t in_done = 0;
   size_t out_done = 0;
   constexpr size_t kMaxStep = size_t{1} << 30;  // zlib counts in 32 bits
