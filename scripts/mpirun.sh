@@ -13,8 +13,11 @@
 # script exits 130, 143 or 138 as for the signal it got (SIGHUP likewise, 129). Not every
 # mpirun passes SIGUSR1 on (Open MPI 4.1.6 in a GPU machine's container dropped it, with no
 # word), so this script also sends it to the ranks mpirun started on this machine; one rank's
-# signal stops them all, and the trainer takes a repeated SIGUSR1 as one. A second signal stops
-# the job at once. mpirun stays this script's child, so a killer of process trees ends it.
+# signal stops them all, and the trainer takes a repeated SIGUSR1 as one (mpirun is sent it too
+# only when some ranks run elsewhere). The signal this script got is written into
+# $DTRAIN_STOP_SIGNAL_FILE, so that the trainer reports it and exits as for it; the trainer's
+# resume line names this script ($DTRAIN_LAUNCHER). A second signal stops the job at once.
+# mpirun stays this script's child, so a killer of process trees ends it.
 if [ "$(id -u)" = 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
@@ -44,6 +47,9 @@ if [ -n "$recovery" ] && [ "$recovery" != 0 ] && [ "$recovery" != false ]; then
   DTRAIN_EXIT_CODES=$(mktemp -d)
   extra+=(-x DTRAIN_EXIT_CODES)
 fi
+export DTRAIN_LAUNCHER=$0 DTRAIN_STOP_SIGNAL_FILE
+DTRAIN_STOP_SIGNAL_FILE=$(mktemp)
+extra+=(-x DTRAIN_LAUNCHER -x DTRAIN_STOP_SIGNAL_FILE)
 setsid mpirun "${extra[@]}" "$@" &
 pid=$!
 # The ranks on this machine: mpirun's children whose environment names their rank (not an ssh
@@ -58,22 +64,43 @@ local_ranks() {
       echo "${dir#/proc/}"
   done
 }
-# Whether mpirun has a handler for SIGUSR1 (bit 9 of its caught-signal mask): without one
-# (ess_base_forward_signals = none) the signal would end it, and the job with it, at once.
-mpirun_catches_usr1() {
+# Whether process $1 has a handler for SIGUSR1 (bit 9 of its caught-signal mask). Without one
+# the signal ends it: mpirun under ess_base_forward_signals = none, or a rank whose start-up
+# has not yet reached the trainer's handlers.
+catches_usr1() {
   local key mask
-  while read -r key mask; do [ "$key" = SigCgt: ] && break; done 2>/dev/null <"/proc/$pid/status"
+  while read -r key mask; do [ "$key" = SigCgt: ] && break; done 2>/dev/null <"/proc/$1/status"
   [ -n "$mask" ] && (((0x$mask >> 9) & 1))
 }
-received=
+# The local ranks once each has its handler (or has ended), waiting up to 30 s for them to
+# start and install it: a signal in the first seconds of a job stops it as one later would.
+ready_local_ranks() {
+  local here rank tries=0
+  here=$(local_ranks)
+  while [ -z "$here" ] && kill -0 "$pid" 2>/dev/null && [ $tries -lt 300 ]; do
+    sleep 0.1; tries=$((tries + 1)); here=$(local_ranks)
+  done
+  for rank in $here; do
+    while ! catches_usr1 "$rank" && kill -0 "$rank" 2>/dev/null && [ $tries -lt 300 ]; do
+      sleep 0.1; tries=$((tries + 1))
+    done
+  done
+  echo $here
+}
+received= forced=
 forward() {  # SIGNAL_NUMBER
   if [ -z "$received" ]; then
     received=$1
-    local ranks
-    ranks=$(local_ranks)
-    mpirun_catches_usr1 && kill -USR1 "$pid" 2>/dev/null
-    [ -n "$ranks" ] && kill -USR1 $ranks 2>/dev/null
+    echo "$1" >"$DTRAIN_STOP_SIGNAL_FILE"
+    local here
+    here=$(ready_local_ranks)
+    # mpirun forwards it to every rank, and says so on the terminal: only for ranks elsewhere.
+    if ! [[ "$ranks" =~ ^[0-9]+$ ]] || [ "$(echo $here | wc -w)" -lt "$ranks" ]; then
+      catches_usr1 "$pid" && kill -USR1 "$pid" 2>/dev/null
+    fi
+    [ -n "$here" ] && kill -USR1 $here 2>/dev/null
   else
+    forced=1
     kill -TERM "$pid" 2>/dev/null
     kill -KILL $(local_ranks) 2>/dev/null
   fi
@@ -99,8 +126,10 @@ if [ -n "${DTRAIN_EXIT_CODES:-}" ]; then
   done
   rm -rf "$DTRAIN_EXIT_CODES"
 fi
-# 138: the ranks stopped on the SIGUSR1 this script sent for another signal.
-if [ -n "$received" ] && [ "$code" -eq 138 ]; then
+rm -f "$DTRAIN_STOP_SIGNAL_FILE"
+# 138: the ranks stopped on the SIGUSR1 this script sent for another signal (ranks elsewhere
+# cannot read the file that names it); forced: killed on the second signal.
+if [ -n "$received" ] && { [ "$code" -eq 138 ] || [ -n "$forced" ]; }; then
   exit $((128 + received))
 fi
 exit "$code"

@@ -143,7 +143,8 @@ int run(int argc, char** argv) {
     for (const std::string& warning : warnings) dtrain::log::warn("{}", warning);
   }
   const dtrain::trainer::RunResult result = dtrain::trainer::run_training(config, flags);
-  return result.stop_signal == 0 ? 0 : dtrain::trainer::stop_exit_code(result.stop_signal);
+  return dtrain::dist::end_world(
+      result.stop_signal == 0 ? 0 : dtrain::trainer::stop_exit_code(result.stop_signal));
 }
 
 // The world to end on a failure: MPI's, started here if the launcher started several ranks

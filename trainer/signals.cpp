@@ -4,7 +4,9 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iterator>
 
 namespace dtrain::trainer {
@@ -63,10 +65,19 @@ const std::vector<int>& stop_signals() {
   return signals;
 }
 
+int asked_signal(int received) {
+  const char* file = std::getenv("DTRAIN_STOP_SIGNAL_FILE");
+  if (received != SIGUSR1 || file == nullptr) return received;
+  std::ifstream in(file);
+  int asked = 0;
+  return in >> asked && asked > 0 && asked < NSIG ? asked : received;
+}
+
 int stop_exit_code(int signal) { return 128 + signal; }
 
 std::string signal_name(int signal) {
   switch (signal) {
+    case SIGHUP: return "SIGHUP";
     case SIGINT: return "SIGINT";
     case SIGTERM: return "SIGTERM";
     case SIGUSR1: return "SIGUSR1";
@@ -75,7 +86,9 @@ std::string signal_name(int signal) {
 }
 
 std::string resume_command(const std::vector<std::string>& command, int world_size) {
-  std::string line = world_size > 1 ? fmt::format("mpirun -np {}", world_size) : "";
+  const char* launcher = std::getenv("DTRAIN_LAUNCHER");
+  std::string line =
+      world_size > 1 ? fmt::format("{} -np {}", launcher ? launcher : "mpirun", world_size) : "";
   for (size_t i = 0; i < command.size(); ++i) {
     const std::string& arg = command[i];
     if (arg.rfind("--resume=", 0) == 0) continue;

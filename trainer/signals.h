@@ -31,12 +31,18 @@ class StopSignals {
 // saw different ones: SIGINT, SIGTERM, SIGUSR1.
 const std::vector<int>& stop_signals();
 
+// The signal the user sent, for a stop on `received`: scripts/mpirun.sh stops the ranks with
+// SIGUSR1 whatever it got (mpirun would kill them on a SIGINT or SIGTERM) and writes the number
+// of the signal it got into the file $DTRAIN_STOP_SIGNAL_FILE. `received` where there is none.
+int asked_signal(int received);
+
 // 128 + signal number (130 for SIGINT, 143 for SIGTERM, 138 for SIGUSR1).
 int stop_exit_code(int signal);
 std::string signal_name(int signal);
 
 // The command that continues this run: `command` (the trainer's argv) with any --resume
-// replaced by a bare --resume at the end, prefixed with `mpirun -np N` when N > 1 ranks.
+// replaced by a bare --resume at the end, prefixed with `LAUNCHER -np N` when N > 1 ranks:
+// $DTRAIN_LAUNCHER (scripts/mpirun.sh names itself there), else mpirun.
 std::string resume_command(const std::vector<std::string>& command, int world_size);
 
 }  // namespace dtrain::trainer

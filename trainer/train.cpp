@@ -32,6 +32,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 
 namespace dtrain::trainer {
 
@@ -267,7 +268,9 @@ class Trainer {
     s_.strategy->reduce_metrics(report_, dist::ReduceOp::kAverage);
     const torch::Tensor reduced = to_host(report_);
     for (size_t i = 0; i < signals.size() && stop_signal_ == 0; ++i) {
-      if (reduced[static_cast<int64_t>(i) + 1].item<float>() > 0) stop_signal_ = signals[i];
+      if (reduced[static_cast<int64_t>(i) + 1].item<float>() > 0) {
+        stop_signal_ = asked_signal(signals[i]);
+      }
     }
     if (steps == 0) {
       throw UserError(fmt::format("steps {} to {}: the loss was NaN or Inf at each, so each "
@@ -528,6 +531,11 @@ RunResult run_training(const Config& config, const RunFlags& flags) {
     report_memory_plan(config, *flags.world_size, flags.dry_run_json, /*imagined_world=*/true);
     return {};
   }
+  // From here on every rank, servers included, takes the stop signals (mpirun passes a signal
+  // to all of them): one during start-up stops the run at its first report, and a server that
+  // took the default action would end before the workers' checkpoint had its state.
+  std::optional<StopSignals> signals;
+  if (!flags.dry_run) signals.emplace();  // until training (or serving) ends
   RunSetup setup = build_run(config);
   log::info("{}", describe_run(config, setup));
   if (!config.debug.slow_ranks.empty()) {
@@ -547,9 +555,6 @@ RunResult run_training(const Config& config, const RunFlags& flags) {
                  (rank == 0 ? std::string("/train.log") : fmt::format("/train.rank{}.log", rank)));
   if (rank == 0) write_text(setup.run_dir + "/config.toml", to_toml(config));
 
-  // On every rank, servers included: mpirun passes a signal to all of them, and a server
-  // that took the default action would end before the workers' checkpoint had its state.
-  const StopSignals signals;  // until training (or serving) ends
   if (setup.strategy->role() == dist::Role::kServer) {
     const auto& slow = config.debug.slow_ranks;
     if (std::find(slow.begin(), slow.end(), rank) != slow.end()) {

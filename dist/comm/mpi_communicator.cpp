@@ -398,6 +398,15 @@ void abort_world(int exit_code) {
   std::_Exit(exit_code);  // MPI_Abort does not return; should it, this rank still ends
 }
 
+int end_world(int exit_code) {
+  const std::optional<WorldInfo> world = started_world();
+  if (!world || world->size == 1 || world_survives_rank_loss()) return exit_code;
+  const int agreed = max_over_world(exit_code);
+  if (agreed == 0) return 0;
+  std::fflush(nullptr);
+  abort_world(agreed);
+}
+
 int max_over_world(int value) {
   init_world();
   int result = value;

@@ -48,6 +48,13 @@ void note_exit_code(int exit_code);
 // world survives rank loss, ends this rank only (and notes `exit_code`).
 [[noreturn]] void abort_world(int exit_code);
 
+// The end of a run that every rank reached (a stop on a signal returns 128 + its number): the
+// ranks agree on the largest exit code, and a non-zero one ends the world through abort_world,
+// which mpirun reports by its exit code alone (each rank's own non-zero exit would add two
+// banners). Returns `exit_code` as it is where MPI did not start, runs one rank, or survives
+// rank loss (a lost rank would never agree).
+int end_world(int exit_code);
+
 // The largest `value` over all ranks of the world (blocking, unbounded: for agreeing on an
 // exit code at the end of a run, when every rank is known to be alive).
 int max_over_world(int value);
