@@ -4,6 +4,14 @@
 
 namespace dtrain::data {
 
+namespace {
+
+// Far above any batch a rank can hold, and low enough that batch sizes times world sizes and
+// steps stay far from int64's limits (2^63 overflowed the sampler's arithmetic).
+constexpr int64_t kMaxBatch = int64_t{1} << 20;
+
+}  // namespace
+
 void DataOptions::declare(OptionSpecs& keys) {
   keys.add("dataset", &dataset,
            "fashion_mnist or mnist (IDX files), cifar10 (binary batches), image_folder (a "
@@ -12,8 +20,9 @@ void DataOptions::declare(OptionSpecs& keys) {
   keys.add("path", &path, "directory holding the dataset files (image_folder: train/ and val/)");
   keys.add("batch_size", &batch_size,
            "images per rank per micro-step (global = batch_size x world x grad_accum)")
-      .at_least(1);
-  keys.add("eval_batch_size", &eval_batch_size, "evaluation images per rank").at_least(1);
+      .range(1, kMaxBatch);
+  keys.add("eval_batch_size", &eval_batch_size, "evaluation images per rank")
+      .range(1, kMaxBatch);
   keys.add("num_workers", &num_workers,
            "loader threads per rank (0: load on the training thread)")
       .range(0, 256);
