@@ -65,6 +65,12 @@ void open_file(const std::string& path) {
   s.file.flush();
 }
 
+void close_file() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.file.close();
+}
+
 void to_file(const std::string& line) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);

@@ -15,6 +15,8 @@ void configure(int rank, Level level, bool all_ranks = false);
 // Also append every message to `path` (created with its parent directory), beginning with
 // those written before it opened.
 void open_file(const std::string& path);
+// Closes that file; later lines wait for the next open_file, as the early ones do.
+void close_file();
 // Appends `line` to the log file only (what the caller printed itself, such as progress lines).
 void to_file(const std::string& line);
 void write(Level level, const std::string& message);

@@ -63,6 +63,14 @@ void create_run_dir(const std::string& run_dir) {
   }
 }
 
+void remove_unstarted_run(const std::string& run_dir, int rank) {
+  std::vector<std::string> names = {fmt::format("train.rank{}.log", rank)};
+  if (rank == 0) names = {"config.toml", "metrics.jsonl", "metrics.csv", "train.log"};
+  std::error_code ignored;
+  for (const std::string& name : names) fs::remove(fs::path(run_dir) / name, ignored);
+  fs::remove(run_dir, ignored);  // only if empty: another rank's log may still be there
+}
+
 ResumeFrom resume_from(const std::string& run_dir, const std::string& path) {
   if (path.empty()) return run_checkpoints(run_dir);
   if (fs::exists(fs::path(path) / "DONE")) return {{path}, false, ""};

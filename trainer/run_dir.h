@@ -26,6 +26,11 @@ void check_run_dir(const std::string& run_dir, const std::optional<std::string>&
 // cannot (a path through a file, a read-only or missing mount).
 void create_run_dir(const std::string& run_dir);
 
+// Removes what a run that never trained wrote into `run_dir`, a directory that held no run
+// before: rank 0's config.toml, metrics and train.log, another rank's train.rank<r>.log, then
+// the directory itself if nothing else is left in it. The log file must be closed.
+void remove_unstarted_run(const std::string& run_dir, int rank);
+
 // The checkpoints `--resume [PATH]` offers, in the order to try them.
 struct ResumeFrom {
   std::vector<std::string> checkpoints;  // complete checkpoint directories

@@ -550,6 +550,7 @@ RunResult run_training(const Config& config, const RunFlags& flags) {
   }
 
   const int rank = setup.world.rank;
+  const bool fresh_dir = !holds_run(setup.run_dir);
   create_run_dir(setup.run_dir);
   log::open_file(setup.run_dir +
                  (rank == 0 ? std::string("/train.log") : fmt::format("/train.rank{}.log", rank)));
@@ -565,9 +566,21 @@ RunResult run_training(const Config& config, const RunFlags& flags) {
     return {};
   }
   const int world_size = setup.world.size;
-  Trainer trainer(config, std::move(setup));
-  if (resume_from_checkpoints) trainer.resume(*resume_from_checkpoints);
-  const RunResult result = trainer.train();
+  std::optional<Trainer> trainer;
+  try {
+    trainer.emplace(config, std::move(setup));
+    if (resume_from_checkpoints) trainer->resume(*resume_from_checkpoints);
+  } catch (...) {
+    // A run refused before its first step (a checkpoint that does not load, or that is past
+    // this run's end) leaves no run behind, so the corrected command may take the same name.
+    if (fresh_dir) {
+      trainer.reset();
+      log::close_file();
+      remove_unstarted_run(run_dir, rank);
+    }
+    throw;
+  }
+  const RunResult result = trainer->train();
   report_end(result, config, flags, world_size);
   return result;
 }

@@ -82,6 +82,17 @@ command -v nvidia-smi >/dev/null || expect_failure "profiling without Kineto" \
   "run.profile_steps: profiling needs a LibTorch with Kineto" -- \
   "${cfg[@]}" --set run.profile_steps=2 --set train.max_steps=3
 
+# A run refused before its first step leaves no run behind: the corrected command may reuse
+# the name.
+"$trainer" "${cfg[@]}" --set run.name=short --set train.max_steps=2 --set train.eval_every=0 \
+  >"$tmp/short.log" 2>&1 || { cat "$tmp/short.log"; failures=$((failures + 1)); }
+expect_failure "resume past the run's end" "is at step 2, past this run's 1 steps" -- \
+  "${cfg[@]}" --set run.name=branch --set train.max_steps=1 \
+  --resume "$tmp/runs/short/checkpoints/step_00000002"
+if [ -e "$tmp/runs/branch" ]; then
+  echo "FAIL the refused resume left $(ls "$tmp/runs/branch")"; failures=$((failures + 1))
+fi
+
 # A run directory that holds a run is refused before anything is written into it.
 mkdir -p "$tmp/runs/taken"
 echo '[run]' >"$tmp/runs/taken/config.toml"
