@@ -28,10 +28,12 @@ std::string not_one_of(const std::string& value, const std::vector<std::string>&
                      did_you_mean(value, choices));
 }
 
-// `value` (printed as `shown`) against the inclusive bounds of `spec`.
+// `value` (printed as `shown`) against the bounds of `spec`.
 std::string bounds_problem(const OptionSpec& spec, double value, const std::string& shown) {
   const bool integer = is_int(spec.field);
-  if (value >= spec.min && value <= spec.max) return "";
+  const bool below_max = spec.max_exclusive ? value < spec.max : value <= spec.max;
+  if (value >= spec.min && below_max) return "";
+  if (spec.max_exclusive) return fmt::format("{} is outside {}", shown, spec.allowed());
   if (std::isinf(spec.max)) {
     return fmt::format("{} is below the minimum {}", shown, bound_text(spec.min, integer));
   }
@@ -46,6 +48,13 @@ std::string bounds_problem(const OptionSpec& spec, double value, const std::stri
 OptionSpec& OptionSpec::range(double minimum, double maximum) {
   min = minimum;
   max = maximum;
+  max_exclusive = false;
+  return *this;
+}
+
+OptionSpec& OptionSpec::below(double minimum, double maximum) {
+  range(minimum, maximum);
+  max_exclusive = true;
   return *this;
 }
 
@@ -70,7 +79,8 @@ std::string OptionSpec::allowed() const {
   if (std::isinf(min) && std::isinf(max)) return "";
   if (std::isinf(max)) return ">= " + bound_text(min, integer);
   if (std::isinf(min)) return "<= " + bound_text(max, integer);
-  return fmt::format("[{}, {}]", bound_text(min, integer), bound_text(max, integer));
+  return fmt::format("[{}, {}{}", bound_text(min, integer), bound_text(max, integer),
+                     max_exclusive ? ")" : "]");
 }
 
 std::string OptionSpec::check() const {

@@ -31,21 +31,25 @@ struct OptionSpec {
   std::string name;  // relative to its section: "lr", "bucket_mb"
   OptionField field;
   std::string help;  // one line
-  // Inclusive bounds of an int or float key, or of each element of an int list. A float key
-  // with any bound must also be finite.
+  // Bounds of an int or float key, or of each element of an int list: inclusive, except max
+  // when max_exclusive (set by below()). A float key with any bound must also be finite.
   double min = -std::numeric_limits<double>::infinity();
   double max = std::numeric_limits<double>::infinity();
+  bool max_exclusive = false;
   // The values a string key may take; an enum key's names, in the order of its values.
   std::vector<std::string> choices;
 
   // Chained onto OptionSpecs::add: `keys.add("lr", &lr, "...").range(0, 1e3);`
   OptionSpec& range(double minimum, double maximum);
   OptionSpec& at_least(double minimum);
+  // [minimum, maximum): a decay rate in [0, 1), where 1 would never forget.
+  OptionSpec& below(double minimum, double maximum);
   OptionSpec& one_of(std::vector<std::string> values);
 
   // "int", "float", "bool", "string", "int list", or "enum" (a key with choices).
   std::string type() const;
-  // The declared range or choices as text ("[0, 1]", ">= 1", "sgd, adamw"); "" if none.
+  // The declared range or choices as text ("[0, 1]", "[0, 1)", ">= 1", "sgd, adamw"); "" if
+  // none.
   std::string allowed() const;
   // The bound value's problem with the declared range or choices; "" if none.
   std::string check() const;

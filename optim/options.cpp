@@ -41,8 +41,8 @@ void OptimizerOptions::declare(OptionSpecs& keys) {
       .at_least(0.0);
   keys.add("decay_norm_and_bias", &decay_norm_and_bias,
            "apply weight decay to 1-D tensors (biases, normalisation) too");
-  keys.add("beta1", &beta1, "adamw and lamb: first-moment decay").range(0.0, 1.0);
-  keys.add("beta2", &beta2, "adamw and lamb: second-moment decay").range(0.0, 1.0);
+  keys.add("beta1", &beta1, "adamw and lamb: first-moment decay").below(0.0, 1.0);
+  keys.add("beta2", &beta2, "adamw and lamb: second-moment decay").below(0.0, 1.0);
   keys.add("eps", &eps,
            "adamw and lamb: epsilon added to sqrt(second moment); 0 = the optimizer's default "
            "(adamw 1e-8, lamb 1e-6)")
@@ -66,9 +66,6 @@ FieldErrors OptimizerOptions::validate() const {
   FieldErrors errors = check_declared(*this);
   if (name == "lars" && momentum >= 1.0) {
     errors.push_back({"momentum", "must be below 1 for lars"});
-  }
-  if (name == "lamb" && (beta1 >= 1.0 || beta2 >= 1.0)) {
-    errors.push_back({beta1 >= 1.0 ? "beta1" : "beta2", "must be below 1 for lamb"});
   }
   if (nesterov && (name != "sgd" || momentum <= 0.0)) {
     errors.push_back({"nesterov", "needs name = \"sgd\" and momentum > 0"});

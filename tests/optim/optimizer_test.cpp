@@ -240,6 +240,22 @@ TEST_CASE("unknown optimizer names are user errors", "[optim][groups]") {
   CHECK_FALSE(options.validate().empty());
 }
 
+TEST_CASE("beta1 and beta2 lie in [0, 1) for adamw and lamb alike", "[optim][defaults]") {
+  for (const std::string name : {"adamw", "lamb"}) {
+    for (const bool first : {true, false}) {
+      OptimizerOptions options;
+      options.name = name;
+      (first ? options.beta1 : options.beta2) = 1.0;
+      const auto errors = options.validate();
+      REQUIRE(errors.size() == 1);
+      CHECK(errors[0].key == (first ? "beta1" : "beta2"));
+      CHECK(errors[0].problem == "1 is outside [0, 1)");
+      (first ? options.beta1 : options.beta2) = 0.0;
+      CHECK(options.validate().empty());
+    }
+  }
+}
+
 TEST_CASE("state_bytes counts each optimizer's state per parameter element", "[optim][state]") {
   // Momentum: one buffer per parameter (none without momentum); Adam moments: two. What
   // state_tensors_per_parameter() predicts is what the optimizer holds after a step.
