@@ -155,7 +155,9 @@ void CompressionOptions::declare(OptionSpecs& keys) {
       .one_of({"none", "fp16", "bf16", "topk", "powersgd", "onebit"});
   keys.add("ratio", &ratio, "topk: fraction of each bucket's elements sent").range(1e-6, 1.0);
   keys.add("rank", &rank, "powersgd: rank of the factors of each gradient matrix").range(1, 1024);
-  keys.add("chunk", &chunk, "onebit: elements per scale, a multiple of 8").range(8, 1 << 24);
+  keys.add("chunk", &chunk,
+           "onebit: elements per scale, a multiple of 8 (a bucket smaller than that: one scale)")
+      .range(8, 1 << 24);
   keys.add("error_feedback", &error_feedback,
            "topk, powersgd, onebit: add what was not sent to the next step's gradient");
   keys.add("momentum", &momentum,

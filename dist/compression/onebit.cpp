@@ -1,5 +1,7 @@
 #include "dist/compression/onebit.h"
 
+#include <algorithm>
+
 namespace dtrain::dist::compression {
 
 namespace {
@@ -25,12 +27,16 @@ OnebitCodec::OnebitCodec(const CompressionOptions& options, std::shared_ptr<Comm
 
 torch::Tensor OnebitCodec::encode(const torch::Tensor& input, int64_t step) const {
   (void)step;
-  return onebit_encode(input, chunk_);
+  return onebit_encode(input, onebit_chunk(input.numel(), chunk_));
 }
 
 torch::Tensor OnebitCodec::decode_sum(const torch::Tensor& messages, int64_t numel, Range range,
                                       const torch::Tensor& like) const {
-  return onebit_decode_sum(messages, numel, range, like, chunk_);
+  return onebit_decode_sum(messages, numel, range, like, onebit_chunk(numel, chunk_));
+}
+
+int64_t onebit_chunk(int64_t numel, int64_t chunk) {
+  return std::min(chunk, std::max<int64_t>(8, (numel + 7) / 8 * 8));
 }
 
 torch::Tensor onebit_encode(const torch::Tensor& input, int64_t chunk) {

@@ -2,7 +2,8 @@
 // et al. 2019): the input is cut into chunks of `chunk` elements (the last padded with
 // zeros); each chunk sends its mean magnitude as scale and one sign bit per element, packed 8
 // to a byte, and decodes to scale x sign. The mean magnitude is the scale that minimises the
-// squared error of scale x sign(x).
+// squared error of scale x sign(x). A bucket smaller than `chunk` is one chunk of its own size
+// (rounded up to whole bytes of signs): a chunk is never padded past its bucket.
 #pragma once
 
 #include "dist/compression/gathered.h"
@@ -24,6 +25,10 @@ class OnebitCodec : public GatheredCodec {
  private:
   int64_t chunk_;
 };
+
+// The chunk OnebitCodec uses for an input of `numel` elements: `chunk`, or fewer where the
+// input is smaller, `numel` rounded up to a multiple of 8 (at least 8).
+int64_t onebit_chunk(int64_t numel, int64_t chunk);
 
 // The primitives on a flat tensor, which the parameter server's messages use too
 // (dist/ps/push_codec.h). Message: one scale per `chunk` elements (the input's dtype), then

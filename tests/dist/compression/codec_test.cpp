@@ -65,6 +65,24 @@ TEST_CASE("onebit decodes to the chunk's mean magnitude times the sign", "[codec
   CHECK(codec.encode(input, 0).numel() == 2 * 8 + 2);
 }
 
+TEST_CASE("onebit never pads a chunk past its bucket", "[codec]") {
+  CHECK(onebit_chunk(131050, 1 << 24) == 131056);  // SimpleCNN's one bucket
+  CHECK(onebit_chunk(131050, 1024) == 1024);
+  CHECK(onebit_chunk(3, 64) == 8);
+  CompressionOptions options;
+  options.kind = "onebit";
+  options.chunk = 1 << 24;
+  OnebitCodec codec(options, world(), Share::kWhole, {11});
+  const torch::Tensor input =
+      torch::tensor({1.0, -2.0, 3.0, -4.0, 5.0, -6.0, 7.0, -8.0, 0.5, -1.0, 0.0}, f64());
+  // One float64 scale and 16 bits, not 2^24 of them.
+  CHECK(codec.encode(input, 0).numel() == 8 + 2);
+  const double mean = input.abs().mean().item<double>();
+  const torch::Tensor expected =
+      torch::where(input.ge(0), torch::full_like(input, mean), torch::full_like(input, -mean));
+  CHECK(torch::allclose(decode_own(codec, input), expected, 0.0, 1e-15));
+}
+
 TEST_CASE("onebit packs signs of long buckets exactly", "[codec]") {
   CompressionOptions options;
   options.kind = "onebit";
