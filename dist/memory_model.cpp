@@ -182,19 +182,24 @@ int64_t codec_state_bytes(const CompressionOptions& options, const Layout& layou
                                                  : 0;
   const int64_t element_size = static_cast<int64_t>(input.params.front().element_size());
   int64_t bytes = 0;
-  for (const BucketLayout& bucket : layout) {
-    bytes += static_cast<int64_t>(slots) * bucket.numel * element_size;
+  if (options.kind != "powersgd") {
+    for (const BucketLayout& bucket : layout) {
+      bytes += static_cast<int64_t>(slots) * bucket.numel * element_size;
+    }
+    return bytes;
   }
-  if (options.kind != "powersgd") return bytes;
-  // PowerSGD's Entry per bucket: both payloads (the Qs kept as the next warm start), the
-  // padded batch of Ps, and the plan's index tensors.
+  // PowerSGD's Entry per bucket that it compresses (one of exact tensors alone keeps
+  // nothing): the residual, both payloads (the Qs kept as the next warm start), the Qs before
+  // the step's, the padded batch of Ps, and the plan's index tensors.
   std::vector<std::vector<int64_t>> shapes;
   for (const torch::Tensor& param : input.params) shapes.push_back(param.sizes().vec());
   for (const BucketLayout& bucket : layout) {
     const compression::PowerSgdPlan plan = compression::plan_powersgd(
         bucket, shapes, options.rank, torch::kCPU,
         compression::kept_range(share, bucket.numel, rank, world_size));
-    bytes += (plan.exact_numel + plan.p_numel + plan.q_numel +
+    if (plan.groups.empty()) continue;
+    bytes += static_cast<int64_t>(slots) * bucket.numel * element_size;
+    bytes += (plan.exact_numel + plan.p_numel + 2 * plan.q_numel +
               plan.num_matrices * plan.max_rank * plan.max_rows) * element_size;
     for (const torch::Tensor& index :
          {plan.exact_chunks, plan.kept_exact_chunks, plan.padded_index}) {

@@ -3,6 +3,8 @@
 #include "dist/compression/chained_work.h"
 #include "dist/compression/gram_schmidt.h"
 
+#include "common/log.h"
+
 #include <algorithm>
 
 namespace dtrain::dist::compression {
@@ -83,19 +85,33 @@ PowerSgdCodec::PowerSgdCodec(const CompressionOptions& options, std::shared_ptr<
       rank_(options.rank),
       error_feedback_(options.error_feedback) {
   for (const torch::Tensor& param : params) shapes_.push_back(param.sizes().vec());
+  if (comm_->rank() == 0 && !params.empty() && !any_compressed(shapes_, rank_)) {
+    log::warn("dist.compression.rank {} compresses none of the model's {}: each is "
+              "all-reduced as it is, as without a codec; use a rank r with (n + m) r < n m "
+              "for some weight [n, m], or kind = \"none\"",
+              rank_, log::counted(static_cast<int64_t>(params.size()), "tensor"));
+  }
 }
 
 PowerSgdCodec::Entry& PowerSgdCodec::entry_for(const Bucket& bucket) {
   const auto index = static_cast<size_t>(bucket.index);
   if (entries_.size() <= index) entries_.resize(index + 1);
   Entry& entry = entries_[index];
-  if (entry.first.defined() && entry.plan.layout == bucket.layout) return entry;
+  if (entry.planned && entry.plan.layout == bucket.layout) return entry;
   // First use, or the reducer re-planned: the buffers are made again, the Qs taken from q_.
+  entry = Entry{};
+  entry.planned = true;
   entry.plan = plan_powersgd(bucket.layout, shapes_, rank_, bucket.flat.device(), kept(bucket));
+  if (!entry.compresses()) {
+    entry.plan.exact_chunks = entry.plan.kept_exact_chunks = entry.plan.padded_index =
+        torch::Tensor();
+    return entry;
+  }
   const PowerSgdPlan& plan = entry.plan;
   const torch::TensorOptions options = bucket.flat.options();
   entry.first = torch::empty({plan.exact_numel + plan.p_numel}, options);
   entry.second = torch::empty({plan.q_numel}, options);
+  entry.previous = torch::empty({plan.q_numel}, options);
   entry.padded = torch::zeros({plan.num_matrices, plan.max_rank, plan.max_rows}, options);
   load_q(entry);
   return entry;
@@ -125,6 +141,7 @@ std::unique_ptr<Work> PowerSgdCodec::launch(Bucket& bucket, int64_t step) {
   Entry& entry = entry_for(bucket);
   const PowerSgdPlan& plan = entry.plan;
   torch::Tensor& flat = bucket.flat;
+  if (!entry.compresses()) return comm_->all_reduce(flat, ReduceOp::kAverage);
   if (error_feedback_) flat.add_(state_.at(bucket, 0));
   torch::Tensor exact = chunks_of(entry.first.narrow(0, 0, plan.exact_numel), plan);
   torch::index_select_out(exact, chunks_of(flat, plan), 0, plan.exact_chunks);
@@ -146,6 +163,7 @@ std::unique_ptr<Work> PowerSgdCodec::second_round(Bucket& bucket) {
   entry.padded.view({-1}).index_copy_(0, plan.padded_index, ps);
   orthonormalize_rows_(entry.padded);
   torch::index_select_out(ps, entry.padded.view({-1}), 0, plan.padded_index);
+  entry.previous.copy_(entry.second);
   for (const PowerSgdGroup& group : plan.groups) {
     const torch::Tensor p = p_of(entry.first, group);
     torch::Tensor q = q_of(entry.second, group);
@@ -163,6 +181,12 @@ std::unique_ptr<Work> PowerSgdCodec::second_round(Bucket& bucket) {
 void PowerSgdCodec::finish(Bucket& bucket, torch::Tensor kept) {
   Entry& entry = entries_.at(bucket.index);
   const PowerSgdPlan& plan = entry.plan;
+  if (!entry.compresses()) {
+    if (!kept.is_same(bucket.flat)) {
+      kept.copy_(bucket.flat.narrow(0, plan.kept.offset, plan.kept.numel));
+    }
+    return;
+  }
   const int64_t exact = plan.kept_exact_chunks.numel() * plan.chunk;
   chunks_of(kept, plan).index_copy_(
       0, plan.kept_exact_chunks,
@@ -170,11 +194,17 @@ void PowerSgdCodec::finish(Bucket& bucket, torch::Tensor kept) {
   for (const PowerSgdGroup& group : plan.groups) {
     decode_range(p_of(entry.first, group), q_of(entry.second, group), group, plan.kept, kept);
   }
-  // entry.second keeps the averaged Qs: the next step's warm start.
+  // entry.second keeps the averaged Qs: the next step's warm start. Non-finite ones (the same
+  // on every rank, being averaged) come of a non-finite gradient, a step that is skipped or
+  // stops the run: the previous Qs stay, chosen on the device (no host sync).
+  const torch::Tensor finite = torch::isfinite(entry.second).all();
+  torch::where_out(entry.previous, finite, entry.second, entry.previous);
+  entry.second.copy_(entry.previous);
 }
 
 int64_t PowerSgdCodec::payload_bytes(const Bucket& bucket) const {
   const Entry& entry = entries_.at(bucket.index);
+  if (!entry.compresses()) return static_cast<int64_t>(bucket.flat.nbytes());
   return entry.first.nbytes() + entry.second.nbytes();
 }
 
@@ -184,8 +214,9 @@ int64_t PowerSgdCodec::state_bytes() const {
   // And what each bucket keeps between steps besides its Qs (counted above).
   for (const Entry& entry : entries_) {
     if (!entry.first.defined()) continue;
-    total += entry.first.nbytes() + entry.padded.nbytes() + entry.plan.exact_chunks.nbytes() +
-             entry.plan.kept_exact_chunks.nbytes() + entry.plan.padded_index.nbytes();
+    total += entry.first.nbytes() + entry.previous.nbytes() + entry.padded.nbytes() +
+             entry.plan.exact_chunks.nbytes() + entry.plan.kept_exact_chunks.nbytes() +
+             entry.plan.padded_index.nbytes();
   }
   return total;
 }

@@ -10,7 +10,11 @@
 // of their bytes, 7% of ResNet-50's at rank 4; docs/ARCHITECTURE.md). Matrices that rank r
 // would not shrink ((n + m) r >= n m) and tensors of one dimension (biases, norms) are
 // averaged exactly. With error feedback M includes the residual
-// and the residual becomes M - P Q_i^T, this rank's own decoded message. Round 1 starts from
+// and the residual becomes M - P Q_i^T, this rank's own decoded message. A bucket of exact
+// tensors alone (every matrix, at a rank that would not shrink it) is all-reduced as it is,
+// holding no state: no residual, factors, buffers or index. A step whose averaged Qs are not
+// finite (a non-finite gradient: a step that train.nonfinite = "skip" or fp16 loss scaling
+// skips) leaves the previous Qs as the warm start, so one bad step does not spoil the next. Round 1 starts from
 // the reducer's hook, overlapping backward; round 2 in the bucket's wait(), at the same point
 // of every rank's sequence of collectives (dist/compression/chained_work.h): after backward
 // under DDP (NCCL: the compute stream must not wait for round 1 in the middle of backward),
@@ -31,6 +35,7 @@ namespace dtrain::dist::compression {
 
 class PowerSgdCodec : public Codec {
  public:
+  // Rank 0 warns where `options.rank` compresses none of `params`.
   PowerSgdCodec(const CompressionOptions& options, std::shared_ptr<Communicator> comm,
                 Share share, const std::vector<torch::Tensor>& params);
   std::string kind() const override { return "powersgd"; }
@@ -47,10 +52,14 @@ class PowerSgdCodec : public Codec {
   // A bucket's plan and the buffers it keeps between steps (made once per plan: no
   // allocation in the step).
   struct Entry {
+    bool planned = false;
     PowerSgdPlan plan;
+    // Undefined where the plan compresses nothing (the bucket is all-reduced as it is):
     torch::Tensor first;     // [exact_numel + p_numel]: the exact elements, then each group's P
     torch::Tensor second;    // [q_numel]: each group's Q, kept as the next step's warm start
+    torch::Tensor previous;  // [q_numel]: the Qs before this step's, kept if it is not finite
     torch::Tensor padded;    // [num_matrices, max_rank, max_rows]: every P^T, zero-padded
+    bool compresses() const { return !plan.groups.empty(); }
   };
   Entry& entry_for(const Bucket& bucket);
   // Fills `entry`'s Qs from q_, or else with the fixed random start; q_ then views them.

@@ -39,6 +39,23 @@ void keep_exact_rows(PowerSgdPlan& plan, const std::vector<int64_t>& rows, torch
 
 }  // namespace
 
+bool compressed_at(const std::vector<int64_t>& shape, int64_t rank) {
+  if (shape.size() < 2) return false;
+  int64_t numel = 1;
+  for (const int64_t size : shape) numel *= size;
+  const int64_t rows = shape[0];
+  const int64_t cols = rows == 0 ? 0 : numel / rows;
+  const int64_t r = std::min({rank, rows, cols});
+  return (rows + cols) * r < rows * cols;
+}
+
+bool any_compressed(const std::vector<std::vector<int64_t>>& shapes, int64_t rank) {
+  return std::any_of(shapes.begin(), shapes.end(),
+                     [rank](const std::vector<int64_t>& shape) {
+                       return compressed_at(shape, rank);
+                     });
+}
+
 PowerSgdPlan plan_powersgd(const BucketLayout& layout,
                            const std::vector<std::vector<int64_t>>& shapes, int64_t rank,
                            torch::Device device, Range kept) {
@@ -56,7 +73,7 @@ PowerSgdPlan plan_powersgd(const BucketLayout& layout,
     const int64_t rows = shape.empty() ? 1 : shape[0];
     const int64_t cols = rows == 0 ? 0 : numel / rows;
     const int64_t r = std::min({rank, rows, cols});
-    if (shape.size() < 2 || (rows + cols) * r >= rows * cols) {
+    if (!compressed_at(shape, rank)) {
       chunk = std::gcd(chunk, std::gcd(offset, numel));
       exact.push_back({offset, numel});
       plan.exact_numel += numel;

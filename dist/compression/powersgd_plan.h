@@ -55,6 +55,13 @@ struct PowerSgdPlan {
   torch::Tensor padded_index;
 };
 
+// Whether PowerSGD at rank `rank` compresses a parameter of `shape`: a matrix [n, m] (the
+// parameter viewed as [size(0), rest]) whose rank r = min(rank, n, m) factors are smaller,
+// (n + m) r < n m; tensors of one dimension never are.
+bool compressed_at(const std::vector<int64_t>& shape, int64_t rank);
+// Whether it compresses any of `shapes`.
+bool any_compressed(const std::vector<std::vector<int64_t>>& shapes, int64_t rank);
+
 // The plan of a bucket laid out as `layout` (offsets ascending, as packed_layout's), whose
 // parameters have `shapes` (by parameter index), compressing at rank `rank`, this rank
 // keeping `kept` of it; its indices on `device`. A matrix [n, m] (a parameter viewed as

@@ -64,6 +64,9 @@ for ranks in 2 3; do
 done
 check 3 ps_dedicated_np3 --set dist.strategy=ps --set dist.ps.placement=dedicated
 check 2 ddp_powersgd_np2 --set dist.strategy=ddp --set dist.compression.kind=powersgd
+# At a rank that shrinks no tensor every bucket is sent as it is: no codec state at all.
+check 2 ddp_powersgd_exact_np2 --set dist.strategy=ddp --set dist.compression.kind=powersgd \
+  --set dist.compression.rank=1024
 check 3 zero2_dgc_np3 --set dist.strategy=zero --set dist.zero.stage=2 \
   --set dist.zero.bucket_mb=0.05 --set dist.compression.kind=topk \
   --set dist.compression.momentum=0.9 --set optim.momentum=0 --set optim.nesterov=false

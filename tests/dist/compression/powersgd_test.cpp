@@ -13,6 +13,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <map>
 
 using namespace dtrain::dist;
@@ -80,15 +81,17 @@ struct Batched {
   PowerSgdCodec codec;
   std::vector<Bucket> buckets;
 
-  explicit Batched(const std::vector<std::vector<int64_t>>& groups)
-      : codec(options(), world(), Share::kWhole, params()) {
+  explicit Batched(const std::vector<std::vector<int64_t>>& groups,
+                   const CompressionOptions& settings = options(true))
+      : codec(settings, world(), Share::kWhole, params()) {
     replan(groups);
   }
 
-  static CompressionOptions options() {
+  static CompressionOptions options(bool error_feedback = true) {
     CompressionOptions options;
     options.kind = "powersgd";
     options.rank = kRank;
+    options.error_feedback = error_feedback;
     return options;
   }
   static std::vector<torch::Tensor> params() {
@@ -186,6 +189,73 @@ TEST_CASE("batched PowerSGD equals PowerSGD one matrix at a time", "[powersgd]")
     const std::vector<torch::Tensor> expected = reference.step(grads);
     check_same(batched, reference, batched.step(grads), expected);
   }
+}
+
+TEST_CASE("PowerSGD keeps no state for a bucket of tensors it sends as they are", "[powersgd]") {
+  // A bias, a matrix rank 3 would not shrink and a bias: all-reduced as the bucket is.
+  for (const bool error_feedback : {true, false}) {
+    Batched exact({{1, 3, 6}}, Batched::options(error_feedback));
+    for (int64_t step = 0; step < 2; ++step) {
+      const std::vector<torch::Tensor> grads = gradients(step);
+      const std::vector<torch::Tensor> result = exact.step(grads);
+      for (const int64_t i : {1, 3, 6}) {
+        CHECK(max_abs(result[i] - averaged(grads[i].clone())) < 1e-15);
+      }
+    }
+    CHECK(exact.codec.state_bytes() == 0);
+    CHECK(exact.codec.payload_bytes(exact.buckets[0]) ==
+          static_cast<int64_t>(exact.buckets[0].flat.nbytes()));
+    const CodecState state = exact.codec.state();
+    CHECK(state.shared.empty());
+    for (const ByParam& slot : state.slots) CHECK(slot.empty());
+    // Beside a bucket it compresses, the exact one adds nothing.
+    Batched alone({{0, 2, 4, 5}}, Batched::options(error_feedback));
+    Batched both({{0, 2, 4, 5}, {1, 3, 6}}, Batched::options(error_feedback));
+    alone.step(gradients(0));
+    both.step(gradients(0));
+    CHECK(both.codec.state_bytes() == alone.codec.state_bytes());
+  }
+}
+
+TEST_CASE("A PowerSGD step with a non-finite gradient leaves the warm-start Qs as they were",
+          "[powersgd]") {
+  // Without error feedback (train.nonfinite = "skip" refuses it with), as a skipped step:
+  // the NaN step's result is not used, and the steps after it equal those of a codec that
+  // never saw it.
+  // One bucket: a NaN loss spoils every gradient, and each bucket checks its own Qs.
+  Batched poisoned({{0, 1, 2, 3, 4, 5, 6}}, Batched::options(false));
+  Batched clean({{0, 1, 2, 3, 4, 5, 6}}, Batched::options(false));
+  poisoned.step(gradients(0));
+  clean.step(gradients(0));
+  const CodecState before = poisoned.codec.state();
+  std::vector<torch::Tensor> bad = gradients(1);
+  if (world()->rank() == world()->size() - 1) bad[0][0][0] = std::nan("");  // one rank's NaN
+  const std::vector<torch::Tensor> skipped = poisoned.step(bad);
+  CHECK_FALSE(torch::isfinite(skipped[0]).all().item<bool>());
+  const CodecState after = poisoned.codec.state();
+  REQUIRE(after.shared.size() == before.shared.size());
+  for (const auto& [param, q] : before.shared) {
+    INFO("parameter " << param);
+    CHECK(torch::equal(after.shared.at(param), q));
+  }
+  for (int64_t step = 2; step < 4; ++step) {
+    const std::vector<torch::Tensor> grads = gradients(step);
+    const std::vector<torch::Tensor> expected = clean.step(grads);
+    const std::vector<torch::Tensor> result = poisoned.step(grads);
+    for (size_t i = 0; i < kShapes.size(); ++i) {
+      INFO("step " << step << ", parameter " << i);
+      CHECK(torch::equal(result[i], expected[i]));
+    }
+  }
+}
+
+TEST_CASE("PowerSGD knows when a rank compresses nothing", "[powersgd]") {
+  CHECK(compressed_at({12, 10}, 3));
+  CHECK_FALSE(compressed_at({12}, 3));
+  CHECK_FALSE(compressed_at({3, 2}, 3));
+  CHECK_FALSE(compressed_at({12, 10}, 6));  // (12 + 10) 6 >= 120
+  CHECK(any_compressed(kShapes, kRank));
+  CHECK_FALSE(any_compressed(kShapes, 1024));
 }
 
 TEST_CASE("Gram-Schmidt spans what a Householder QR spans, zero columns included",

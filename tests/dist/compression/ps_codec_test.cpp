@@ -81,13 +81,13 @@ std::vector<torch::Tensor> residuals_by_param(const PsCollectiveStrategy& strate
                                               const std::vector<torch::Tensor>& params) {
   std::vector<torch::Tensor> by_param;
   for (const torch::Tensor& param : params) by_param.push_back(torch::zeros_like(param));
-  const std::vector<torch::Tensor> residuals = strategy.codec()->residuals();
-  for (size_t b = 0; b < residuals.size(); ++b) {
-    const BucketLayout& bucket = strategy.plan().layout[b];
-    for (size_t i = 0; i < bucket.params.size(); ++i) {
-      torch::Tensor& into = by_param[static_cast<size_t>(bucket.params[i])];
-      into.copy_(residuals[b].narrow(0, bucket.offsets[i], into.numel()).view_as(into));
-    }
+  // By parameter, as a checkpoint holds them: a bucket may keep none (PowerSGD's of tensors
+  // sent as they are).
+  const dtrain::dist::compression::CodecState state = strategy.codec()->state();
+  if (state.slots.empty()) return by_param;
+  for (const auto& [param, residual] : state.slots[0]) {
+    torch::Tensor& into = by_param[static_cast<size_t>(param)];
+    into.copy_(residual.view_as(into));
   }
   return by_param;
 }
