@@ -95,4 +95,8 @@ void write(Level level, const std::string& message) {
   std::fflush(stream);
 }
 
+std::string counted(int64_t count, const std::string& noun) {
+  return fmt::format("{} {}{}", count, noun, count == 1 ? "" : "s");
+}
+
 }  // namespace dtrain::log

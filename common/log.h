@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <string>
 
 namespace dtrain::log {
@@ -20,6 +21,9 @@ void close_file();
 // Appends `line` to the log file only (what the caller printed itself, such as progress lines).
 void to_file(const std::string& line);
 void write(Level level, const std::string& message);
+// `count` and `noun`, plural unless the count is 1: counted(1, "shard") is "1 shard",
+// counted(4, "unit") "4 units".
+std::string counted(int64_t count, const std::string& noun);
 
 template <typename... Args>
 void info(fmt::format_string<Args...> format, Args&&... args) {

@@ -64,13 +64,20 @@ void Zero2Strategy::attach(torch::nn::Module& model, const OptimizerFactory& mak
                                                plan_.layout);
   if (comm_->rank() == 0) {
     const int64_t element_size = static_cast<int64_t>(params_.front().element_size());
-    log::info("zero stage 2: {} gradient buckets, each cut into {} shards; each rank updates "
-              "{:.3f} of the {:.3f} MiB of parameters",
-              plan_.layout.size(), comm_->size(),
-              static_cast<double>(shard_->numel() * element_size) / kMiB,
-              static_cast<double>(std::accumulate(numels.begin(), numels.end(), int64_t{0}) *
-                                  element_size) / kMiB);
+    log::info("{}", stage2_plan_line(static_cast<int64_t>(plan_.layout.size()), comm_->size(),
+                                     shard_->numel() * element_size,
+                                     std::accumulate(numels.begin(), numels.end(), int64_t{0}) *
+                                         element_size));
   }
+}
+
+std::string stage2_plan_line(int64_t buckets, int64_t ranks, int64_t shard_bytes,
+                             int64_t total_bytes) {
+  return fmt::format("zero stage 2: {}, each cut into {}; each rank updates {:.3f} of the "
+                     "{:.3f} MiB of parameters",
+                     log::counted(buckets, "gradient bucket"), log::counted(ranks, "shard"),
+                     static_cast<double>(shard_bytes) / kMiB,
+                     static_cast<double>(total_bytes) / kMiB);
 }
 
 torch::Tensor Zero2Strategy::shard_grads(const Bucket& bucket) const {

@@ -52,6 +52,11 @@
 
 namespace dtrain::dist {
 
+// Rank 0's start-up line: `buckets` gradient buckets, each cut into `ranks` shards, and the
+// `shard_bytes` of the `total_bytes` of parameters each rank updates.
+std::string stage2_plan_line(int64_t buckets, int64_t ranks, int64_t shard_bytes,
+                             int64_t total_bytes);
+
 class Zero2Strategy : public ReplicatedStrategy, private CommHook {
  public:
   Zero2Strategy(ZeroOptions options, std::shared_ptr<Communicator> comm,

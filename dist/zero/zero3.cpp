@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <numeric>
 
 namespace dtrain::dist {
@@ -43,14 +44,22 @@ void Zero3Strategy::attach(torch::nn::Module& model, const OptimizerFactory& mak
   units_->set_unit_hooks(unit_shards_.get());
   if (comm_->rank() == 0) {
     const int64_t element_size = static_cast<int64_t>(params_.front().element_size());
-    log::info("zero stage 3: {} units, each cut into {} shards; each rank holds {:.3f} of the "
-              "{:.3f} MiB of parameters, with at most {} unit(s) whole at once",
-              plan_.layout.size(), comm_->size(),
-              static_cast<double>(shard_->numel() * element_size) / kMiB,
-              static_cast<double>(std::accumulate(numels.begin(), numels.end(), int64_t{0}) *
-                                  element_size) / kMiB,
-              options_.prefetch + 1);
+    log::info("{}", stage3_plan_line(static_cast<int64_t>(plan_.layout.size()), comm_->size(),
+                                     shard_->numel() * element_size,
+                                     std::accumulate(numels.begin(), numels.end(), int64_t{0}) *
+                                         element_size,
+                                     options_.prefetch));
   }
+}
+
+std::string stage3_plan_line(int64_t units, int64_t ranks, int64_t shard_bytes,
+                             int64_t total_bytes, int64_t prefetch) {
+  return fmt::format("zero stage 3: {}, each cut into {}; each rank holds {:.3f} of the {:.3f} "
+                     "MiB of parameters, with at most {} whole at once",
+                     log::counted(units, "unit"), log::counted(ranks, "shard"),
+                     static_cast<double>(shard_bytes) / kMiB,
+                     static_cast<double>(total_bytes) / kMiB,
+                     log::counted(std::min(prefetch + 1, units), "unit"));
 }
 
 std::vector<std::vector<int64_t>> parameters_by_unit(UnitModule& model,

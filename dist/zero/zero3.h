@@ -59,6 +59,12 @@ std::vector<std::vector<int64_t>> parameters_by_unit(UnitModule& model,
                                                      const std::vector<torch::Tensor>& params,
                                                      const std::vector<std::string>& names);
 
+// Rank 0's start-up line: `units` units, each cut into `ranks` shards, `shard_bytes` of the
+// `total_bytes` of parameters held by each rank, and the most units whole at once:
+// min(prefetch + 1, units), as dist.zero.prefetch cannot gather units the model lacks.
+std::string stage3_plan_line(int64_t units, int64_t ranks, int64_t shard_bytes,
+                             int64_t total_bytes, int64_t prefetch);
+
 class Zero3Strategy : public ReplicatedStrategy {
  public:
   Zero3Strategy(ZeroOptions options, std::shared_ptr<Communicator> comm);
@@ -82,7 +88,7 @@ class Zero3Strategy : public ReplicatedStrategy {
   Stats stats() const override;
 
   const PsPlan& plan() const { return plan_; }
-  // The most units whole at once since attach(); at most dist.zero.prefetch + 1.
+  // The most units whole at once since attach(); at most min(dist.zero.prefetch + 1, units).
   int64_t max_whole_units() const { return unit_shards_->max_whole_units(); }
   // Units whole now (0 between steps).
   int64_t whole_units() const { return unit_shards_->whole_units(); }

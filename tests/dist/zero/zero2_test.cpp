@@ -20,6 +20,7 @@
 #include <numeric>
 
 using dtrain::dist::Zero2Strategy;
+using Catch::Matchers::Contains;
 using namespace equivalence;
 
 namespace {
@@ -74,6 +75,14 @@ TEST_CASE("ZeRO-2 cuts every bucket into equal rank-aligned shards", "[dist][zer
     for (const dtrain::dist::PsPiece& piece : plan.pieces) covered[piece.param] += piece.numel;
     CHECK(covered == numels);  // every element in exactly one piece
   }
+}
+
+TEST_CASE("ZeRO-2's start-up line says \"1 gradient bucket\" and \"1 shard\"", "[dist][zero]") {
+  CHECK_THAT(dtrain::dist::stage2_plan_line(1, 1, 1 << 20, 1 << 20),
+             Contains("zero stage 2: 1 gradient bucket, each cut into 1 shard; each rank "
+                      "updates 1.000 of the 1.000 MiB of parameters"));
+  CHECK_THAT(dtrain::dist::stage2_plan_line(3, 2, 1 << 19, 1 << 20),
+             Contains("3 gradient buckets, each cut into 2 shards;"));
 }
 
 TEST_CASE("ZeRO-2 on N ranks equals DDP and one rank on the N-times batch", "[dist][zero]") {

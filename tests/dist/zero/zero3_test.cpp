@@ -338,6 +338,19 @@ TEST_CASE("ZeRO-3 steps a unit parameter without gradient as a zero gradient", "
   CHECK(strategy.max_whole_units() <= 2);
 }
 
+TEST_CASE("ZeRO-3's start-up line counts the units whole at once as min(prefetch + 1, units)",
+          "[dist][zero]") {
+  const int64_t mib = 1 << 20;
+  CHECK_THAT(dtrain::dist::stage3_plan_line(4, 3, mib, 3 * mib, 1024),
+             Contains("4 units, each cut into 3 shards; each rank holds 1.000 of the 3.000 MiB "
+                      "of parameters, with at most 4 units whole at once"));
+  CHECK_THAT(dtrain::dist::stage3_plan_line(4, 2, mib, 2 * mib, 2),
+             Contains("with at most 3 units whole at once"));
+  CHECK_THAT(dtrain::dist::stage3_plan_line(1, 1, mib, mib, 0),
+             Contains("1 unit, each cut into 1 shard;") &&
+                 Contains("with at most 1 unit whole at once"));
+}
+
 TEST_CASE("ZeRO-3 needs a model made of units", "[dist][zero]") {
   torch::nn::Linear plain(3, 2);
   plain->to(device(), torch::kFloat64);
