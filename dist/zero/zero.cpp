@@ -72,24 +72,30 @@ void ZeroStrategy::describe_partition(const std::vector<int64_t>& numels) const 
   const double mib = static_cast<double>(params_.front().element_size()) / (1 << 20);
   const int64_t total = std::accumulate(numels.begin(), numels.end(), int64_t{0});
   const int64_t padded = flat_params_.numel();
-  log::info("zero stage 1: whole tensors on {} ranks; the largest share is {:.3f} of the {:.3f} "
+  log::info("zero stage 1: whole tensors on {}; the largest share is {:.3f} of the {:.3f} "
             "MiB of parameters, and the parameters and gradients are each laid out in {} "
-            "blocks of it ({:.3f} MiB)",
-            comm_->size(), static_cast<double>(partition_.shard_numel) * mib,
-            static_cast<double>(total) * mib, comm_->size(),
-            static_cast<double>(padded) * mib);
+            "of it ({:.3f} MiB)",
+            log::counted(comm_->size(), "rank"),
+            static_cast<double>(partition_.shard_numel) * mib, static_cast<double>(total) * mib,
+            log::counted(comm_->size(), "block"), static_cast<double>(padded) * mib);
+  const std::string warning = stage1_padding_warning(comm_->size(), total, partition_.shard_numel);
+  if (!warning.empty()) log::warn("{}", warning);
+}
+
+std::string stage1_padding_warning(int64_t ranks, int64_t total, int64_t shard_numel) {
   // Equal blocks, which reduce-scatter and all-gather need, cost N x the largest share, at
   // least the largest tensor: once that tensor outweighs total / N, more than DDP's memory.
-  if (static_cast<double>(padded) > 1.25 * static_cast<double>(total)) {
-    log::warn("zero stage 1: whole tensors do not divide evenly over {} ranks (the largest "
-              "share is {:.2f}x an even one), so its parameters and gradients take {:.2f}x "
-              "DDP's memory; dist.zero.stage = 2 splits tensors and pads under one element per "
-              "rank and bucket",
-              comm_->size(),
-              static_cast<double>(partition_.shard_numel) * comm_->size() /
-                  static_cast<double>(total),
-              static_cast<double>(padded) / static_cast<double>(total));
-  }
+  // The gradients add this rank's averaged share to the flat bucket (memory/gradients_mb).
+  const double padded = static_cast<double>(shard_numel * ranks);
+  if (padded <= 1.25 * static_cast<double>(total)) return "";
+  return fmt::format("zero stage 1: whole tensors do not divide evenly over {} (the largest "
+                     "share is {:.2f}x an even one), so its flat parameters take {:.2f}x DDP's "
+                     "memory and its gradients (the flat bucket and this rank's averaged share) "
+                     "{:.2f}x; dist.zero.stage = 2 splits tensors and pads under one element "
+                     "per rank and bucket",
+                     log::counted(ranks, "rank"), padded / static_cast<double>(total),
+                     padded / static_cast<double>(total),
+                     (padded + static_cast<double>(shard_numel)) / static_cast<double>(total));
 }
 
 std::unique_ptr<Work> ZeroStrategy::launch(Bucket& bucket) {

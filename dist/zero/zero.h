@@ -16,8 +16,8 @@
 // the optimizer state of its own parameters (dist/optimizer_state.h, by tensor).
 // Memory: the collectives move equal blocks, so the flat buffers of parameters and gradients
 // hold N blocks of the largest share, at least the largest tensor: N x that can exceed the
-// model (SimpleCNN on 3 ranks: 1.72x) and so DDP's memory, which the
-// start-up warns of. Stage 2 splits tensors instead.
+// model (SimpleCNN on 3 ranks: 1.72x; the gradients, with this rank's averaged share on top,
+// 2.29x) and so DDP's memory, which the start-up warns of. Stage 2 splits tensors instead.
 #pragma once
 
 #include "dist/comm/communicator.h"
@@ -30,6 +30,11 @@
 #include <vector>
 
 namespace dtrain::dist {
+
+// The start-up warning where N equal blocks of the largest share (`shard_numel` elements, on
+// `ranks` ranks) pass 1.25x the `total` elements of the model: the flat parameters' and the
+// gradients' (flat bucket plus averaged share) multiple of DDP's memory; "" below that.
+std::string stage1_padding_warning(int64_t ranks, int64_t total, int64_t shard_numel);
 
 class ZeroStrategy : public ReplicatedStrategy, private CommHook {
  public:

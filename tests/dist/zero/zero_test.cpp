@@ -55,6 +55,18 @@ TEST_CASE("ZeRO partitions whole tensors, contiguous and balanced", "[dist][zero
   CHECK(partition_parameters({100, 100}, 2).shard_numel == 100);
 }
 
+TEST_CASE("ZeRO-1 warns of padding with the parameters' and the gradients' own figures",
+          "[dist][zero]") {
+  // SimpleCNN on 3 ranks: blocks of 1.72x an even share; the gradients hold the flat bucket
+  // and the rank's averaged share, 2.29x DDP's (memory/gradients_mb).
+  const std::string warning = dtrain::dist::stage1_padding_warning(3, 300, 172);
+  CHECK_THAT(warning, Contains("over 3 ranks (the largest share is 1.72x an even one)"));
+  CHECK_THAT(warning, Contains("flat parameters take 1.72x DDP's memory"));
+  CHECK_THAT(warning, Contains("gradients (the flat bucket and this rank's averaged share) "
+                               "2.29x"));
+  CHECK(dtrain::dist::stage1_padding_warning(3, 300, 125).empty());  // 1.25x: said nothing
+}
+
 TEST_CASE("ZeRO-1 on N ranks equals one rank on the N-times batch", "[dist][zero]") {
   const std::string name = GENERATE("sgd", "adamw", "lars", "lamb");
   INFO("optimizer " << name);
