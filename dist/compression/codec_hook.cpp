@@ -1,5 +1,7 @@
 #include "dist/compression/codec_hook.h"
 
+#include "common/log.h"
+
 #include <cmath>
 
 namespace dtrain::dist::compression {
@@ -28,6 +30,12 @@ CodecHook::CodecHook(CommHook& plain, std::unique_ptr<Codec> codec,
     : plain_(plain), codec_(std::move(codec)), comm_(std::move(comm)),
       warmup_steps_(warmup_steps), destination_(std::move(destination)) {
   if (!destination_) destination_ = [](const Bucket& bucket) { return bucket.flat; };
+  // The config cannot tell (mpirun sets the world); dist.strategy = "single" is its warning.
+  if (comm_->size() == 1) {
+    log::warn("dist.compression.kind = \"{}\" on 1 rank: nothing is exchanged, so the codec "
+              "saves no bytes and still loses information; use kind = \"none\" or more ranks",
+              codec_->kind());
+  }
 }
 
 std::unique_ptr<Work> CodecHook::launch(Bucket& bucket) {
