@@ -91,6 +91,19 @@ void load_codec_state(const std::string& dir, Codec& codec, int64_t num_params, 
   if (state) codec.set_state(std::move(*state));
 }
 
+void skip_codec_state(const std::string& dir, int rank) {
+  const std::string first = codec_state_file(dir, 0);
+  if (rank != 0 || !std::filesystem::exists(first)) return;
+  torch::serialize::InputArchive archive;
+  read_codec_archive(first, torch::kCPU, archive);
+  c10::IValue written_kind, writers;
+  archive.read("kind", written_kind);
+  archive.read("world_size", writers);
+  log::warn("{}: codec state of \"{}\" (codec_rank0.pt to codec_rank{}.pt) not read: this run "
+            "has no dist.compression, so its residuals are dropped",
+            dir, written_kind.toStringRef(), writers.toInt() - 1);
+}
+
 std::optional<CodecState> read_codec_state(const std::string& dir, const std::string& kind,
                                            const std::vector<std::string>& slots,
                                            int64_t num_params, int rank, int world_size,
@@ -107,8 +120,12 @@ std::optional<CodecState> read_codec_state(const std::string& dir, const std::st
   archive.read("kind", written_kind);
   archive.read("world_size", writers);
   if (written_kind.toStringRef() != kind) {
-    log::warn("{}: codec state of \"{}\", not \"{}\": the codec starts fresh", first,
-              written_kind.toStringRef(), kind);
+    // Every rank's file holds the same kind: said once, of them all.
+    if (rank == 0) {
+      log::warn("{}: codec state of \"{}\" (codec_rank0.pt to codec_rank{}.pt), not \"{}\": "
+                "the codec starts fresh",
+                dir, written_kind.toStringRef(), writers.toInt() - 1, kind);
+    }
     return std::nullopt;
   }
   CodecState state;

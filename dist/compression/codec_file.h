@@ -5,6 +5,7 @@
 // its own file; a checkpoint written by another number of ranks or by another codec keeps
 // what is meaningful and says so in the log:
 //   - another codec, or none: the codec starts fresh;
+//   - a codec's state resumed without dist.compression: it is not read;
 //   - another world size: residuals restart from zero (each was one rank's unsent gradients
 //     of a data split that no longer exists); the shared state (the same on every rank) is
 //     read from codec_rank0.pt.
@@ -32,6 +33,9 @@ void write_codec_states(const std::string& dir, const std::vector<std::string>& 
 // Sets `codec`'s state (of `num_params` parameters) from `dir`, for `rank` of `world_size`.
 void load_codec_state(const std::string& dir, Codec& codec, int64_t num_params, int rank,
                       int world_size, const torch::Device& device);
+// Where a run without dist.compression resumes `dir`: rank 0 says which codec state in it
+// goes unread, if any.
+void skip_codec_state(const std::string& dir, int rank);
 // The same for state held outside a Codec: the state to set, or nothing where codec `kind`
 // starts fresh.
 std::optional<CodecState> read_codec_state(const std::string& dir, const std::string& kind,

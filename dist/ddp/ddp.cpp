@@ -133,6 +133,8 @@ void DdpStrategy::load(const std::string& dir) {
   if (codec_hook_) {
     compression::load_codec_state(dir, codec_hook_->codec(), static_cast<int64_t>(params_.size()),
                                   comm_->rank(), comm_->size(), comm_->device());
+  } else {
+    compression::skip_codec_state(dir, comm_->rank());
   }
 }
 

@@ -63,6 +63,17 @@ if grep -q "starts fresh\|restart from zero" "$tmp/ddp-to-zero2.log"; then
 fi
 test -f "$tmp/ddp-to-zero2/r/checkpoints/step_00000012/codec_rank1.pt"
 echo "ok: a ddp top-k checkpoint resumes under ZeRO-2 with its codec state"
+# Under another codec, or none, the top-k state is left: said once (by rank 0), naming every
+# rank's file.
+for kind in none onebit; do
+  resume_from_step_6 "$tmp/ddp-topk-straight" "$tmp/topk-to-$kind"
+  run 2 "$tmp/topk-to-$kind" --set dist.compression.kind=$kind --set optim.momentum=0 \
+    --set optim.nesterov=false --resume
+  said='codec state of "topk" (codec_rank0.pt to codec_rank1.pt), not "onebit": the codec starts'
+  [[ $kind == none ]] && said='codec state of "topk" (codec_rank0.pt to codec_rank1.pt) not read'
+  [ "$(grep -cF "$said" "$tmp/topk-to-$kind.log")" -eq 1 ] || { cat "$tmp/topk-to-$kind.log"; exit 1; }
+  echo "ok: a top-k checkpoint resumed under codec $kind says once that its state is left"
+done
 
 config=fashion_mnist_ps
 ps="--set dist.ps.transport=collectives --set dist.ps.consistency=ssp --set dist.ps.staleness=1
