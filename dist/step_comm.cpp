@@ -71,6 +71,17 @@ void StepComm::add_untimed(Collective kind, Traffic traffic, int64_t bytes, int 
   ops_.push_back({kind, traffic, bytes, root, nullptr, rank_, ranks_, nullptr, /*untimed=*/true});
 }
 
+void StepComm::add_pipelined(Collective kind, Traffic traffic, int64_t bytes,
+                             std::unique_ptr<Work> work, int root) {
+  ops_.push_back({kind, traffic, bytes, root, std::move(work), rank_, ranks_});
+  ops_.back().pipelined = true;
+}
+
+void StepComm::add_wait(std::shared_ptr<const TimePoint> start,
+                        std::shared_ptr<const TimePoint> end) {
+  waits_.emplace_back(std::move(start), std::move(end));
+}
+
 void StepComm::add_prefetched(Collective kind, int64_t bytes, std::unique_ptr<Work> work,
                               std::shared_ptr<const TimePoint> wait_start) {
   ops_.push_back({kind, Traffic::kPrefetched, bytes, 0, std::move(work), rank_, ranks_,
@@ -86,10 +97,17 @@ Stats StepComm::stats() const {
   double bytes = 0.0, sent = 0.0, received = 0.0, ms = 0.0, bulk_ms = 0.0, bus_bytes = 0.0;
   double blocking_ms = 0.0;
   std::vector<std::pair<double, double>> gradient_tail;  // in flight after backward, from its end
+  std::vector<std::pair<double, double>> pipelined;      // in flight in this step, from its start
   bool measured = true;
   for (const Op& op : ops_) {
     measured = measured && (op.work || op.untimed);
-    const double op_ms = op.work ? measured_ms(*op.work->started(), *op.work->finished()) : 0.0;
+    double op_ms = op.work ? measured_ms(*op.work->started(), *op.work->finished()) : 0.0;
+    if (op.pipelined && op.work && origin_) {
+      const double end = measured_ms(*origin_, *op.work->finished());
+      const double start = std::min(end, measured_ms(*origin_, *op.work->started()));
+      if (end > 0.0) pipelined.emplace_back(std::max(0.0, start), end);
+      op_ms = 0.0;  // counted below, once for the overlapping ones
+    }
     const double payload = static_cast<double>(op.bytes);
     const double n = op.ranks;
     ms += op_ms;
@@ -116,7 +134,9 @@ Stats StepComm::stats() const {
     if (op.untimed) continue;  // bytes moved in no time this step measured
     bus_bytes += payload * ring_factor(op.kind, n);
     bulk_ms += op_ms;
-    if (op.traffic == Traffic::kParameters) {
+    if (op.pipelined) {
+      continue;  // exposed through the strategy's waits only
+    } else if (op.traffic == Traffic::kParameters) {
       blocking_ms += op_ms;
     } else if (op.traffic == Traffic::kPrefetched) {
       // The part of the gather's own time this rank waited for: a gather whose transfer began
@@ -130,6 +150,10 @@ Stats StepComm::stats() const {
       }
     }
   }
+  const double pipelined_ms = covered_ms(std::move(pipelined));
+  ms += pipelined_ms;
+  bulk_ms += pipelined_ms;
+  for (const auto& [start, end] : waits_) blocking_ms += std::max(0.0, measured_ms(*start, *end));
   Stats stats = {{"comm/bytes", bytes},
                  {"comm/sent_bytes", sent},
                  {"comm/recv_bytes", received},

@@ -8,11 +8,16 @@
 //                     each way, reduce-scatter and all-gather (n-1)/n, a broadcast's chain
 //                     every rank but the root receiving and every rank but the last sending
 //   comm/collectives  operations issued
-//   comm/ms           time the operations ran, summed
+//   comm/ms           time the operations ran, summed; a pipelined operation (one that runs
+//                     behind the steps after the one that issued it, the parameter server's
+//                     over collectives) only from the step's start on, and those together
+//                     only while some of them were in flight, so they add at most the step
 //   comm/exposed_ms   communication the step did not hide: the time after backward's end that
 //                     gradient traffic was in flight (not the gaps before an operation starts,
 //                     which are the host's), plus every blocking operation whole, plus what
-//                     was left of a prefetched gather when the rank began to wait for it
+//                     was left of a prefetched gather when the rank began to wait for it, plus
+//                     the waits the strategy recorded for its pipelined operations (never
+//                     their own time: they ran while the step computed)
 //   comm/busbw_gbps   bus bandwidth of the gradient and parameter traffic: sum of payload x
 //                     the collective's factor (2(n-1)/n all-reduce, (n-1)/n reduce-scatter
 //                     and all-gather, 1 broadcast, reduce and point-to-point) over comm/ms
@@ -65,6 +70,15 @@ class StepComm {
   // device for its sender as much as moving data. Counted in the bytes and the operations
   // only; the time figures stay, without it.
   void add_untimed(Collective kind, Traffic traffic, int64_t bytes, int root = 0);
+  // An operation issued in an earlier step, or left to run behind this one's compute, that
+  // this step completed: its time counts from the step's start (the origin; its own start
+  // without one), overlapping pipelined operations once, and none of it is exposed: the
+  // strategy records what the step waited for it with add_wait().
+  void add_pipelined(Collective kind, Traffic traffic, int64_t bytes, std::unique_ptr<Work> work,
+                     int root = 0);
+  // The step (the host, or on GPUs the compute stream) waited for communication from `start`
+  // to `end`: exposed whole.
+  void add_wait(std::shared_ptr<const TimePoint> start, std::shared_ptr<const TimePoint> end);
   // The end of the step's (last micro-step's) backward on the communicator's clock.
   void set_backward_end(std::shared_ptr<const TimePoint> when) { backward_end_ = std::move(when); }
   bool empty() const { return ops_.empty(); }
@@ -84,9 +98,12 @@ class StepComm {
     int rank, ranks;  // in the communicator the operation ran on
     std::shared_ptr<const TimePoint> wait_start = nullptr;  // kPrefetched
     bool untimed = false;  // add_untimed: no time, and none missing
+    bool pipelined = false;  // add_pipelined
   };
   int rank_, ranks_;
   std::vector<Op> ops_;
+  std::vector<std::pair<std::shared_ptr<const TimePoint>, std::shared_ptr<const TimePoint>>>
+      waits_;  // add_wait
   std::shared_ptr<const TimePoint> origin_;
   std::shared_ptr<const TimePoint> backward_end_;
 };

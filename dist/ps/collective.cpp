@@ -255,6 +255,9 @@ void PsCollectiveStrategy::step(double lr) {
   const int64_t due = clock_ - push_delay_;
   ++clock_;
   if (due >= applied_) apply(due);
+  // What the step waited for is its exposed communication: the pipeline's operations ran
+  // behind the compute, from one step into the next.
+  for (const auto& [start, end] : waits_) current_.add_wait(start, end);
   end_step_record();
   last_waits_ = std::move(waits_);
   waits_.clear();
@@ -270,9 +273,9 @@ void PsCollectiveStrategy::apply(int64_t clock) {
   for (size_t c = 0; c < grads.works.size(); ++c) {
     const PsChunk& chunk = plan_.chunks[c];
     grads.works[c]->wait();
-    current_.add(Collective::kReduce, Traffic::kGradients,
-                 chunk.numel * static_cast<int64_t>(param_flat_.front().element_size()),
-                 std::move(grads.works[c]), chunk.server);
+    current_.add_pipelined(Collective::kReduce, Traffic::kGradients,
+                           chunk.numel * static_cast<int64_t>(param_flat_.front().element_size()),
+                           std::move(grads.works[c]), chunk.server);
   }
   grads.works.clear();
   if (!server_stream_) waits_.emplace_back(start, comm_->now());  // the host waited
@@ -403,8 +406,8 @@ void PsCollectiveStrategy::settle(Slot& slot) {
   for (size_t c = 0; c < slot.works.size(); ++c) {
     const PsChunk& chunk = plan_.chunks[c];
     slot.works[c]->wait();
-    current_.add(Collective::kBroadcast, Traffic::kParameters, chunk.numel * element_size,
-                 std::move(slot.works[c]), chunk.server);
+    current_.add_pipelined(Collective::kBroadcast, Traffic::kParameters,
+                           chunk.numel * element_size, std::move(slot.works[c]), chunk.server);
   }
   slot.works.clear();
 }
