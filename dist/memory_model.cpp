@@ -13,6 +13,10 @@
 #include "dist/zero/partition.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
+#ifdef DTRAIN_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
 
 #include <algorithm>
 #include <numeric>
@@ -138,6 +142,7 @@ MemoryPrediction parameter_server(const PsOptions& options, const ModelStateInpu
   for (int r = 0; r < world_size; ++r) {
     ModelStateBytes bytes;
     if (r < workers) bytes = {model, model, 0};
+    if (!dedicated) bytes.ssp_slots = ps_slot_bytes(options, plan, r, element_size, input.on_gpus);
     const int server = dedicated ? r - workers : r;
     if (server >= 0) {
       const int64_t chunks = served[server] * element_size;
@@ -271,6 +276,61 @@ MemoryPrediction model_state(const DistOptions& options, const ModelStateInput& 
 }
 
 }  // namespace
+
+int64_t ps_slot_bytes(const PsOptions& options, const PsPlan& plan, int rank,
+                      int64_t element_size, bool on_gpus) {
+  if (options.placement != "colocated") return 0;
+  const int64_t k = options.consistency == "ssp" ? options.staleness : 0;
+  const std::vector<int64_t> served = plan.server_numel();
+  if (ps_uses_p2p(options, on_gpus)) {  // peer.cpp, peer_server.cpp
+    const auto workers = static_cast<int64_t>(served.size());
+    const int64_t previews =
+        options.previews == 0 ? workers - 1 : std::min(options.previews, workers - 1);
+    const int64_t per_round = options.partial_reads() && k > 0 && previews > 0 ? previews + 1 : 1;
+    int64_t numel = 0;
+    for (size_t s = 0; s < served.size(); ++s) {
+      if (static_cast<int>(s) != rank) numel += per_round * (k + 1) * served[s];
+    }
+    if (served[static_cast<size_t>(rank)] > 0) {
+      numel += (workers - 1) * (k + 2) * served[static_cast<size_t>(rank)];
+    }
+    return numel * element_size;
+  }
+  if (!options.use_collectives(on_gpus)) return 0;
+  // collective.cpp: on CPU ranks a clock is applied d = min(k, 1) steps late.
+  const int64_t model = std::accumulate(served.begin(), served.end(), int64_t{0}) * element_size;
+  const int64_t delay = on_gpus ? 0 : std::min<int64_t>(k, 1);
+  const int64_t grad_slots = on_gpus ? k + 1 : delay + 1;
+  const bool predict = options.consistency == "ssp" && k > 0 && options.predict_weights;
+  const int64_t param_slots = k - delay + 1 + (predict ? 1 : 0);
+  return (param_slots + (grad_slots > 1 ? grad_slots : 0)) * model;
+}
+
+std::string ps_slots_problem(const PsOptions& options, const std::string& transport,
+                             int64_t slot_bytes, int64_t available, const std::string& where) {
+  if (available <= 0 || 2 * slot_bytes <= available) return {};
+  const double gib = 1 << 30;
+  return fmt::format("dist.ps.staleness = {} over transport \"{}\" needs {:.1f} GiB of SSP slots "
+                     "on each rank (a version of the parameters and of the pushes per step a "
+                     "worker may lead), more than half of the {:.1f} GiB of {}; lower "
+                     "dist.ps.staleness (--dry-run shows the slots' size) or use transport "
+                     "\"messages\", which keeps no slots",
+                     options.staleness, transport, static_cast<double>(slot_bytes) / gib,
+                     static_cast<double>(available) / gib, where);
+}
+
+int64_t memory_of(torch::Device device) {
+  if (device.is_cpu()) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+  }
+#ifdef DTRAIN_CUDA
+  if (device.is_cuda()) {
+    return static_cast<int64_t>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);
+  }
+#endif
+  return 0;
+}
 
 MemoryPrediction predict_model_state(const DistOptions& options, const ModelStateInput& input,
                                      int world_size) {

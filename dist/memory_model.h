@@ -36,12 +36,18 @@
 //   - zero stage 3 (dist/zero/zero3.h): its shard of every unit's padded parameters, and as
 //     much of the gradients, the optimizer state of its real elements; nothing whole between
 //     steps (the gathered units and their gradient buffers are transient, as activations).
-// Not model state here, as not in the stats: the ps's messages in flight and its SSP slots
-// over collectives, activations and autograd's gradients of incomplete buckets
-// (memory/host_peak_mb and memory/device_peak_allocated_mb measure all).
+//   - The parameter server's SSP slots over the collective and p2p transports (colocated), which
+//     each rank allocates at start (ModelStateBytes::ssp_slots, ps_slot_bytes below): versions
+//     of the parameters and pushes kept so that a worker may lead by `staleness` steps, each
+//     slot a model (collectives) or a shard (p2p). Not in the ps's stats.
+// Not model state here, as not in the stats: the ps's messages in flight (over messages a
+// server queues the pushes of a worker ahead as they come, at most `staleness` steps of
+// them), activations and autograd's gradients of incomplete buckets (memory/host_peak_mb and
+// memory/device_peak_allocated_mb measure all).
 #pragma once
 
 #include "dist/options.h"
+#include "dist/ps/plan.h"
 
 #include <torch/torch.h>
 
@@ -63,7 +69,12 @@ struct ModelStateBytes {
   // A gradient codec's state between steps (memory/codec_state_mb): its error-feedback
   // residuals, DGC's momentum, PowerSGD's factors and buffers. Zero without dist.compression.
   int64_t codec_state = 0;
-  int64_t total() const { return parameters + gradients + optimizer_state + codec_state; }
+  // A parameter server's SSP slots over collectives or p2p (ps_slot_bytes), on the device the
+  // rank computes on. Zero for the other strategies and over messages.
+  int64_t ssp_slots = 0;
+  int64_t total() const {
+    return parameters + gradients + optimizer_state + codec_state + ssp_slots;
+  }
 };
 
 // One strategy's prediction at a world size.
@@ -85,6 +96,9 @@ struct ModelStateInput {
   // Indices in `params` of each model unit's (dist/zero/zero3.h: parameters_by_unit), for
   // ZeRO stage 3; empty for a model not made of units, which stage 3 refuses.
   std::vector<std::vector<int64_t>> units;
+  // Whether the ranks compute on GPUs: the parameter server's transport "auto" and its SSP
+  // slots depend on it.
+  bool on_gpus = true;
 };
 
 // The strategy `options` chooses, at `world_size` ranks. When it cannot run there (single on
@@ -97,6 +111,25 @@ MemoryPrediction predict_model_state(const DistOptions& options, const ModelStat
 // only), ddp, zero stages 1, 2 and 3, ps with the configured placement.
 std::vector<MemoryPrediction> predict_every_strategy(const DistOptions& options,
                                                      const ModelStateInput& input, int world_size);
+
+// The bytes of SSP slots that rank `rank` of a colocated parameter server allocates at start
+// for `plan` (of parameters `element_size` bytes each) over the transport `options` resolves
+// to on GPUs or CPU ranks: over collectives staleness + 1 versions of the model (fewer on CPU
+// ranks, one more with predict_weights) and, past staleness 0, as many of its gradients;
+// over p2p, from every other server, staleness + 1 rounds of its shard (times the previews a
+// round), and for its own shard staleness + 2 pushes from every other worker. 0 over messages.
+int64_t ps_slot_bytes(const PsOptions& options, const PsPlan& plan, int rank,
+                      int64_t element_size, bool on_gpus);
+
+// The line that refuses a start whose SSP slots over `transport`, `slot_bytes` on the rank,
+// cannot reasonably be allocated in the `available` bytes of the memory they live in
+// (`where`: "host memory", "GPU memory"); empty when they fit in half of it.
+std::string ps_slots_problem(const PsOptions& options, const std::string& transport,
+                             int64_t slot_bytes, int64_t available, const std::string& where);
+
+// The bytes of memory on `device`: the host's physical memory for the CPU, the GPU's total
+// otherwise (0 where not known).
+int64_t memory_of(torch::Device device);
 
 // The paper's figures per rank in our precision (no buckets, no padding): `stage` 0 is DDP,
 // 1 to 3 ZeRO's stages; `element_size` the parameters' bytes each.

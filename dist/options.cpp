@@ -68,8 +68,12 @@ void PsOptions::declare(OptionSpecs& keys) {
            "bsp: each step reads the last step's updates; ssp: at most `staleness` steps "
            "behind; async: each push applied on arrival")
       .one_of({"bsp", "ssp", "async"});
-  keys.add("staleness", &staleness, "ssp: steps a worker may run ahead of the slowest")
-      .range(0, 1000000);
+  // Over collectives and p2p each step of lead is a slot of the parameters and of the pushes
+  // on every rank, allocated at start (dist/memory_model.h: ps_slot_bytes).
+  keys.add("staleness", &staleness,
+           "ssp: steps a worker may run ahead of the slowest (collectives, p2p: a slot of "
+           "the model or the shard per step on every rank)")
+      .range(0, 1000);
   keys.add("ssp_reads", &ssp_reads,
            "ssp: newest, the newest version that has arrived (at least clock - staleness); "
            "exact (collectives), always clock - staleness (reproducible, always that stale); "

@@ -44,11 +44,13 @@ nlohmann::json ranks_json(const std::vector<dist::ModelStateBytes>& ranks) {
                     {"total_mb", mib(b.total())},
                     {"host_mb", mib(b.host)},
                     {"codec_state_mb", mib(b.codec_state)},
+                    {"ssp_slots_mb", mib(b.ssp_slots)},
                     {"parameters_bytes", b.parameters},
                     {"gradients_bytes", b.gradients},
                     {"optimizer_state_bytes", b.optimizer_state},
                     {"host_bytes", b.host},
-                    {"codec_state_bytes", b.codec_state}});
+                    {"codec_state_bytes", b.codec_state},
+                    {"ssp_slots_bytes", b.ssp_slots}});
   }
   return list;
 }
@@ -63,24 +65,26 @@ std::string rank_table(const dist::MemoryPrediction& prediction) {
                        [field](const dist::ModelStateBytes& b) { return b.*field > 0; });
   };
   const bool any_codec = any(&dist::ModelStateBytes::codec_state);
+  const bool any_slots = any(&dist::ModelStateBytes::ssp_slots);
   const bool any_host = any(&dist::ModelStateBytes::host);
   const auto column = [](bool shown, const std::string& text) {
     return shown ? fmt::format(" {:>12}", text) : std::string();
   };
   const auto row = [&](const std::string& name, const dist::ModelStateBytes& b) {
-    return fmt::format("  {:<10} {:>12.3f} {:>12.3f} {:>12.3f}{} {:>12.3f}{}\n", name,
+    return fmt::format("  {:<10} {:>12.3f} {:>12.3f} {:>12.3f}{}{} {:>12.3f}{}\n", name,
                        mib(b.parameters), mib(b.gradients), mib(b.optimizer_state),
                        column(any_codec, fmt::format("{:.3f}", mib(b.codec_state))),
+                       column(any_slots, fmt::format("{:.3f}", mib(b.ssp_slots))),
                        mib(b.total()), column(any_host, fmt::format("{:.3f}", mib(b.host))));
   };
-  std::string text = fmt::format("  {:<10} {:>12} {:>12} {:>12}{} {:>12}{}\n", "rank",
+  std::string text = fmt::format("  {:<10} {:>12} {:>12} {:>12}{}{} {:>12}{}\n", "rank",
                                  "parameters", "gradients", "optimizer",
-                                 column(any_codec, "codec state"), "total",
-                                 column(any_host, "of it host"));
+                                 column(any_codec, "codec state"), column(any_slots, "ssp slots"),
+                                 "total", column(any_host, "of it host"));
   const auto same = [](const dist::ModelStateBytes& a, const dist::ModelStateBytes& b) {
     return a.parameters == b.parameters && a.gradients == b.gradients &&
            a.optimizer_state == b.optimizer_state && a.host == b.host &&
-           a.codec_state == b.codec_state;
+           a.codec_state == b.codec_state && a.ssp_slots == b.ssp_slots;
   };
   dist::ModelStateBytes sum;
   for (size_t first = 0; first < ranks.size();) {
@@ -96,6 +100,7 @@ std::string rank_table(const dist::MemoryPrediction& prediction) {
     sum.optimizer_state += b.optimizer_state;
     sum.host += b.host;
     sum.codec_state += b.codec_state;
+    sum.ssp_slots += b.ssp_slots;
   }
   text += row("all ranks", sum);
   return text;
@@ -237,6 +242,8 @@ void report_memory_plan(const Config& config, int world_size, const std::string&
     // A parameter of no unit: stage 3's prediction says it cannot run.
   }
   input.state_tensors = optim::state_tensors_per_parameter(config.optim);
+  input.on_gpus = config.run.device == "cuda" ||
+                  (config.run.device == "auto" && torch::cuda::is_available());
   const dist::MemoryPrediction configured =
       dist::predict_model_state(config.dist, input, world_size);
   if (!configured.problem.empty()) {

@@ -4,6 +4,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "dist/compression/codec_file.h"
+#include "dist/memory_model.h"
 #include "dist/ps/whole_state.h"
 
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -121,6 +122,14 @@ void PsCollectiveStrategy::attach(torch::nn::Module& model, const OptimizerFacto
               plan_.summary(names_, element_size));
     log::debug("{}", plan_.describe(names_, element_size));
   }
+  // The SSP slots, refused in one line before any is allocated where they cannot fit.
+  const std::string slots_problem = ps_slots_problem(
+      options_, "collectives",
+      ps_slot_bytes(options_, plan_, comm_->rank(),
+                    static_cast<int64_t>(params_.front().element_size()),
+                    comm_->device().is_cuda()),
+      memory_of(comm_->device()), comm_->device().is_cuda() ? "GPU memory" : "host memory");
+  if (!slots_problem.empty()) throw UserError(slots_problem);
   shard_ = std::make_unique<PsShard>(
       plan_, comm_->rank(), params_, params_.front().device(), make_optimizer,
       PsShard::sum_over(comm_), /*whole_tensors=*/false);

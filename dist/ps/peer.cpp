@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/shared_kernels.h"
 #include "dist/comm/nodes.h"
+#include "dist/memory_model.h"
 #include "dist/ps/whole_state.h"
 
 #include <c10/core/Event.h>
@@ -148,6 +149,13 @@ void PsPeerStrategy::attach(torch::nn::Module& model, const OptimizerFactory& ma
               plan_.summary(names_, element_size));
     log::debug("{}", plan_.describe(names_, element_size));
   }
+  // The SSP slots, refused in one line before any is allocated where they cannot fit.
+  const std::string slots_problem = ps_slots_problem(
+      options_, "p2p",
+      ps_slot_bytes(options_, plan_, me, static_cast<int64_t>(params_.front().element_size()),
+                    comm_->device().is_cuda()),
+      memory_of(comm_->device()), comm_->device().is_cuda() ? "GPU memory" : "host memory");
+  if (!slots_problem.empty()) throw UserError(slots_problem);
   const PsShard::ServerSum no_sum = [](torch::Tensor) -> torch::Tensor {
     throw UserError("dist.ps.transport = \"p2p\" steps SGD only: norms over the servers "
                     "(LARS, LAMB) need transport \"collectives\"");

@@ -121,6 +121,55 @@ TEST_CASE("the memory model's bytes per rank for a small model", "[dist][memory]
   CHECK(dtrain::dist::paper_bytes(213, 4, 2, 0, 2).total() == 213 * (4 + 4 + 8));
 }
 
+TEST_CASE("the parameter server's SSP slots per rank", "[dist][memory][ps]") {
+  // At dist.ps.staleness = 1000000 the slots (a model per step of lead over collectives)
+  // asked for ~300 GB while the dry run predicted 1.8 MiB. The small model in chunks of at most
+  // 50 floats on 2 servers: server 0 holds 106 elements, server 1 107; the model is 852 bytes.
+  ModelStateInput input = small_model();
+  DistOptions options;
+  options.strategy = StrategyKind::kPs;
+  options.ps.chunk_mb = 200.0 / kMiB;
+  options.ps.consistency = "ssp";
+  options.ps.staleness = 2;
+  options.ps.transport = "collectives";
+  // GPUs: k + 1 versions of the parameters and k + 1 gradient slots.
+  CHECK(predict_model_state(options, input, 2).ranks[1].ssp_slots == 6 * 852);
+  CHECK(predict_model_state(options, input, 2).ranks[1].total() ==
+        2 * (852 + 428) + 428 + 6 * 852);
+  options.ps.predict_weights = true;  // and the version before
+  CHECK(predict_model_state(options, input, 2).ranks[0].ssp_slots == 7 * 852);
+  options.ps.predict_weights = false;
+  // CPU ranks: applied a step late, 2 gradient slots and k - 1 + 1 parameter slots.
+  input.on_gpus = false;
+  CHECK(predict_model_state(options, input, 2).ranks[0].ssp_slots == 4 * 852);
+  // bsp: the one parameter slot; the reducer's buckets hold the pushes.
+  options.ps.consistency = "bsp";
+  CHECK(predict_model_state(options, input, 2).ranks[0].ssp_slots == 852);
+  // p2p, rank 0: k + 1 rounds of server 1's 107 elements, k + 2 pushes of its own 106 from
+  // worker 1.
+  options.ps.consistency = "ssp";
+  options.ps.transport = "p2p";
+  CHECK(predict_model_state(options, input, 2).ranks[0].ssp_slots == (3 * 107 + 4 * 106) * 4);
+  // Messages: none (a server queues a leading worker's pushes as they come).
+  options.ps.transport = "messages";
+  CHECK(predict_model_state(options, input, 2).ranks[0].ssp_slots == 0);
+  options.ps.transport = "collectives";
+  options.ps.placement = "dedicated";
+  options.ps.servers = 1;
+  CHECK(predict_model_state(options, input, 3).ranks[2].ssp_slots == 0);
+
+  // Refused, in one line, past half the memory they would live in.
+  options.ps.staleness = 1000;
+  const std::string problem =
+      dtrain::dist::ps_slots_problem(options.ps, "collectives", 101, 200, "host memory");
+  CHECK_THAT(problem, Catch::StartsWith("dist.ps.staleness = 1000 over transport "
+                                        "\"collectives\" needs 0.0 GiB of SSP slots") &&
+                          Catch::Contains("use transport \"messages\""));
+  CHECK(dtrain::dist::ps_slots_problem(options.ps, "collectives", 100, 200, "host memory").empty());
+  CHECK(dtrain::dist::ps_slots_problem(options.ps, "collectives", 100, 0, "GPU memory").empty());
+  CHECK(dtrain::dist::memory_of(torch::kCPU) > 0);
+}
+
 TEST_CASE("every strategy's memory stats are what the model predicts for its rank",
           "[dist][memory]") {
   // Stage 3: CPU ranks only; and world() here, not the trainer's layout that puts dedicated

@@ -13,7 +13,7 @@
 #     in progress, within the bound;
 #   - bad input: servers that leave no worker, a misspelt placement, chunks too small for their
 #     number, collectives under async, a hierarchy over collectives or under async, partial
-#     reads with AdamW;
+#     reads with AdamW, SSP slots that cannot fit (and the dry run's count of them);
 #   - a stalled worker: the dedicated server names it within dist.timeout_s, and so does a
 #     colocated run.
 # The accuracy of SSP(2) and async against BSP is ps_accuracy.sh's, a CTest entry of its own.
@@ -147,6 +147,21 @@ train 2 partial_adamw --set dist.ps.ssp_reads=partial --set optim.name=adamw \
 train 2 tiny_chunks --set dist.ps.chunk_mb=0.000001
 [ $? -eq 2 ] && grep -q 'dist.ps.chunk_mb = 1e-06 cuts the model.s 0.50 MiB into 131050 chunks' \
   "$work/tiny_chunks.log" || { cat "$work/tiny_chunks.log"; fail "chunks of 1 byte"; }
+# SSP slots (a model per step of lead over collectives): past the range, and ResNet-50's at
+# staleness 1000 (~88 GiB a rank), one line and exit 2 before any is allocated; the dry run
+# counts them. At 1000000 it died in the allocator (~300 GB), the dry run predicting 1.8 MiB.
+train 2 huge_staleness --set dist.ps.transport=collectives --set dist.ps.staleness=1000000
+[ $? -eq 2 ] && grep -q 'dist.ps.staleness: 1000000 is outside \[0, 1000\]' \
+  "$work/huge_staleness.log" || { cat "$work/huge_staleness.log"; fail "staleness 1000000"; }
+train 2 slots_too_large --set dist.ps.transport=collectives --set dist.ps.staleness=1000 \
+  --set model.name=resnet50
+[ $? -eq 2 ] && [ "$(grep -c 'dist.ps.staleness = 1000 over transport "collectives" needs .* GiB of SSP slots' \
+  "$work/slots_too_large.log")" -ge 1 ] && ! grep -q "allocate" "$work/slots_too_large.log" ||
+  { cat "$work/slots_too_large.log"; fail "slots past the memory"; }
+"$trainer" --config "$config" --set dist.ps.transport=p2p --set dist.ps.staleness=1000 \
+  --dry-run --world-size 3 >"$work/slots_dry.log" 2>&1 &&
+  grep -q "ssp slots" "$work/slots_dry.log" && grep -Eq "^  0-1 .* 66[0-9]\.[0-9]+ " "$work/slots_dry.log" ||
+  { cat "$work/slots_dry.log"; fail "the dry run does not count the SSP slots"; }
 echo "ok: bad input ends in one line, exit 2"
 
 # A worker that stalls (rank 1, 2000x slower) under BSP: the dedicated server names it within
