@@ -148,6 +148,8 @@ void PsPeerStrategy::attach(torch::nn::Module& model, const OptimizerFactory& ma
               shared_links_ ? "shared memory" : comm_->backend(),
               plan_.summary(names_, element_size));
     log::debug("{}", plan_.describe(names_, element_size));
+    const std::string uneven = uneven_plan_warning(plan_, options_.chunk_mb, element_size);
+    if (!uneven.empty()) log::warn("{}", uneven);  // as over messages: the plan is the same
   }
   // The SSP slots, refused in one line before any is allocated where they cannot fit.
   const std::string slots_problem = ps_slots_problem(

@@ -64,6 +64,15 @@ train 2 one_chunk --set dist.ps.chunk_mb=4 --set train.max_steps=2 --set data.ba
   { tail "$work/one_chunk.log"; fail "the one-chunk run failed"; }
 grep -q "warning: dist.ps.chunk_mb = 4 cuts .* into 1 chunk(s) for 2 servers: .* 1 hold(s) nothing; a chunk_mb of" \
   "$work/one_chunk.log" || { cat "$work/one_chunk.log"; fail "no warning for an idle server"; }
+# The same plan over every transport, the same warning (collectives and p2p gave none).
+for transport in collectives p2p; do
+  train 3 "one_chunk_$transport" --set dist.ps.chunk_mb=100 --set dist.ps.transport=$transport \
+    --set train.max_steps=1 --set data.batch_size=16 ||
+    { tail "$work/one_chunk_$transport.log"; fail "the one-chunk run ($transport) failed"; }
+  grep -q "warning: dist.ps.chunk_mb = 100 cuts .* into 1 chunk(s) for 3 servers: .* 2 hold(s) nothing" \
+    "$work/one_chunk_$transport.log" ||
+    { cat "$work/one_chunk_$transport.log"; fail "no warning for idle servers ($transport)"; }
+done
 echo "ok: a plan that leaves a server idle is warned of"
 
 # The collective transport under SSP(2): reads exactly 2 steps old.
