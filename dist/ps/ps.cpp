@@ -8,6 +8,7 @@
 #include "dist/ps/protocol.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join
 
 #include <algorithm>
 #include <cstdlib>
@@ -55,8 +56,8 @@ class PsStrategy::PushWork : public Work {
   }
   void wait() override {
     owner_.wait_until([this] { return test(); }, [this] {
-      return std::string(pushing_ ? "pushing gradients: a server did not take them"
-                                  : "reducing gradients in a node: a worker did not join");
+      return pushing_ ? fmt::format("pushing gradients: {} did not take them", waited_for())
+                      : std::string("reducing gradients in a node: a worker did not join");
     });
   }
   std::shared_ptr<const TimePoint> started() const override { return started_; }
@@ -69,6 +70,21 @@ class PsStrategy::PushWork : public Work {
   void start_pushes() {
     if (owner_.is_leader_) sends_ = owner_.push(bucket_, held_, messages_);
     pushing_ = true;
+  }
+  // The servers whose pushes are still in flight, by world rank (the sends are the bucket's
+  // chunks in plan order).
+  std::string waited_for() {
+    std::vector<int> ranks;
+    for (size_t i = 0; i < sends_.size(); ++i) {
+      if (sends_[i]->test()) continue;
+      const PsChunk& chunk = owner_.plan_.chunks[owner_.plan_.first_chunk[bucket_] + i];
+      const int rank = owner_.server_rank(chunk.server);
+      if (std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) ranks.push_back(rank);
+    }
+    std::sort(ranks.begin(), ranks.end());
+    if (ranks.empty()) return "a server";
+    return fmt::format("the server{} on rank{} {}", ranks.size() > 1 ? "s" : "",
+                       ranks.size() > 1 ? "s" : "", fmt::join(ranks, ", "));
   }
 
   PsStrategy& owner_;

@@ -15,7 +15,7 @@
 #     number, collectives under async, a hierarchy over collectives or under async, partial
 #     reads with AdamW, SSP slots that cannot fit (and the dry run's count of them);
 #   - a stalled worker: the dedicated server names it within dist.timeout_s, and so does a
-#     colocated run.
+#     colocated run; a killed dedicated server: the workers name its rank.
 # The accuracy of SSP(2) and async against BSP is ps_accuracy.sh's, a CTest entry of its own.
 #   usage: parameter_server.sh TRAINER SOURCE_DIR
 set -uo pipefail
@@ -199,3 +199,29 @@ for transport in messages p2p; do
   [ "$took" -lt 30 ] || fail "the stalled colocated job ($transport) took $took s to end"
   echo "ok: a stalled colocated worker ($transport) is named, the job ended in $took s"
 done
+
+# A dedicated server killed outright (kill -9, recovery on so that mpirun lets the workers
+# speak): each worker's push to it times out naming rank 2, not "a server".
+"$source_dir/scripts/mpirun.sh" -np 3 --oversubscribe --enable-recovery "$trainer" \
+  --config "$config" --set run.out_dir="$work" --set run.name=killed_server \
+  --set dist.ps.placement=dedicated --set dist.timeout_s=3 --set train.max_steps=100000 \
+  --set data.batch_size=16 >"$work/killed_server.log" 2>&1 &
+launcher=$!
+victim=""
+for _ in $(seq 300); do
+  grep -q "^step " "$work/killed_server.log" 2>/dev/null && break
+  grep -q "steps/epoch" "$work/killed_server.log" 2>/dev/null && sleep 2 && break
+  sleep 0.1
+done
+for pid in $(pgrep -f "run.name=killed_server"); do
+  if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=2"; then
+    victim=$pid
+  fi
+done
+[ -n "$victim" ] || { kill -9 "$launcher"; tail "$work/killed_server.log"; fail "server rank 2 not found"; }
+kill -9 "$victim"
+for _ in $(seq 300); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$launcher" 2>/dev/null && { kill -9 "$launcher"; fail "the job ran 30 s past its server's death"; }
+grep -q "pushing gradients: the server on rank 2 did not take them within 3 s" \
+  "$work/killed_server.log" || { tail "$work/killed_server.log"; fail "no line names server rank 2"; }
+echo "ok: a killed dedicated server is named by the workers"
