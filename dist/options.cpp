@@ -125,6 +125,24 @@ void PsOptions::declare(OptionSpecs& keys) {
            "(launch with mpirun --enable-recovery); rank 0 excepted");
 }
 
+std::vector<std::string> PsOptions::run_warnings(int workers, int64_t total_steps) const {
+  std::vector<std::string> warnings;
+  if (consistency != "ssp") return warnings;  // unused_keys() says so
+  if (previews > workers - 1) {
+    warnings.push_back(fmt::format(
+        "dist.ps.previews = {} has no effect past {}: a round of {} workers has at most "
+        "workers - 1 = {} previews, which previews = 0 already sends",
+        previews, workers - 1, workers, workers - 1));
+  }
+  if (sync_steps > 0 && sync_steps >= total_steps) {
+    warnings.push_back(fmt::format(
+        "dist.ps.sync_steps = {} covers the run's {} steps: every step reads as bsp and "
+        "dist.ps.staleness has no effect; lower sync_steps or use consistency = \"bsp\"",
+        sync_steps, total_steps));
+  }
+  return warnings;
+}
+
 bool PsOptions::use_collectives(bool on_gpus) const {
   // The collective transport sums on the links already: a hierarchy is the messages'.
   const bool serve = placement == "colocated" && consistency != "async" && !hierarchical &&

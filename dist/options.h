@@ -151,6 +151,10 @@ struct PsOptions {
 
   // ssp with ssp_reads = "partial": the servers send rounds in progress.
   bool partial_reads() const { return consistency == "ssp" && ssp_reads == "partial"; }
+  // Warnings, one line each, of keys whose value has no effect with `workers` workers over a
+  // run of `total_steps` steps (previews past workers - 1, sync_steps that cover the run):
+  // logged at start by rank 0 and by the dry run.
+  std::vector<std::string> run_warnings(int workers, int64_t total_steps) const;
   void declare(OptionSpecs& keys);
   FieldErrors validate() const;
   // Whether the collective transport carries this run (`on_gpus`: the workers' device).

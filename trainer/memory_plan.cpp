@@ -219,6 +219,9 @@ std::string describe_world(const Config& config, const dist::ModelStateInput& in
     text += plan.summary(names, element_size);
     const std::string uneven = dist::uneven_plan_warning(plan, ps.chunk_mb, element_size);
     if (!uneven.empty()) log::warn("{}", uneven);
+    const int64_t total_steps = config.train.max_steps > 0 ? config.train.max_steps
+                                                           : config.train.epochs * steps_per_epoch;
+    for (const std::string& line : ps.run_warnings(data_ranks, total_steps)) log::warn("{}", line);
   }
   return text;
 }

@@ -293,6 +293,11 @@ RunSetup build_run(const Config& config) {
   if (setup.world.rank == 0 && config.train.max_steps == 0) {
     for (const std::string& line : setup.schedule->unreached()) log::warn("{}", line);
   }
+  if (setup.world.rank == 0 && config.dist.strategy == dist::StrategyKind::kPs) {
+    for (const std::string& line : config.dist.ps.run_warnings(group.size, setup.total_steps)) {
+      log::warn("{}", line);
+    }
+  }
   return setup;
 }
 

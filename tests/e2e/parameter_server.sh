@@ -171,6 +171,13 @@ train 2 slots_too_large --set dist.ps.transport=collectives --set dist.ps.stalen
   --dry-run --world-size 3 >"$work/slots_dry.log" 2>&1 &&
   grep -q "ssp slots" "$work/slots_dry.log" && grep -Eq "^  0-1 .* 66[0-9]\.[0-9]+ " "$work/slots_dry.log" ||
   { cat "$work/slots_dry.log"; fail "the dry run does not count the SSP slots"; }
+# Settings past what they can do, warned of in one line, in the dry run too.
+for setting in "dist.ps.previews=4096" "dist.ps.sync_steps=1000000"; do
+  "$trainer" --config "$config" --set dist.ps.transport=p2p --set "$setting" --dry-run \
+    --world-size 3 >"$work/past.log" 2>&1 &&
+    [ "$(grep -c "^warning: ${setting%%=*} = ${setting#*=} \(has no effect past 2\|covers the run's\)" \
+      "$work/past.log")" = 1 ] || { cat "$work/past.log"; fail "no warning for $setting"; }
+done
 echo "ok: bad input ends in one line, exit 2"
 
 # A worker that stalls (rank 1, 2000x slower) under BSP: the dedicated server names it within

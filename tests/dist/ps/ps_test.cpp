@@ -71,6 +71,32 @@ TEST_CASE("ps plan: a tensor whose size is a multiple of 16 elements starts alig
   }
 }
 
+TEST_CASE("ps options: previews past workers - 1 and sync_steps over the whole run are warned of",
+          "[dist][ps]") {
+  // Both passed silently: 4096 previews with 3 workers (at most 2 a round), and a run that
+  // is bsp from its first step to its last.
+  dtrain::dist::PsOptions ps;
+  ps.consistency = "ssp";
+  ps.transport = "p2p";
+  CHECK(ps.run_warnings(3, 100).empty());
+  ps.previews = 2;
+  CHECK(ps.run_warnings(3, 100).empty());
+  ps.previews = 4096;
+  REQUIRE(ps.run_warnings(3, 100).size() == 1);
+  CHECK_THAT(ps.run_warnings(3, 100)[0],
+             Catch::StartsWith("dist.ps.previews = 4096 has no effect past 2"));
+  ps.previews = 0;
+  ps.sync_steps = 99;
+  CHECK(ps.run_warnings(3, 100).empty());
+  ps.sync_steps = 100;
+  REQUIRE(ps.run_warnings(3, 100).size() == 1);
+  CHECK_THAT(ps.run_warnings(3, 100)[0],
+             Catch::StartsWith("dist.ps.sync_steps = 100 covers the run's 100 steps"));
+  ps.consistency = "bsp";  // the consistency's own warning says these have no effect
+  ps.previews = 4096;
+  CHECK(ps.run_warnings(3, 100).empty());
+}
+
 TEST_CASE("ps plan: chunks too small for their number are refused, naming a size that fits",
           "[dist][ps]") {
   using dtrain::dist::kMaxPsChunks;
