@@ -416,10 +416,15 @@ std::vector<std::unique_ptr<Work>> PsStrategy::push(int64_t b, const torch::Tens
     for (const torch::Tensor& message : messages) pushed_bytes_[b] += message.numel();
   }
   std::vector<std::unique_ptr<Work>> sends;
+  if (sent_bytes_.size() != plan_.layout.size()) sent_bytes_.assign(plan_.layout.size(), 0);
+  sent_bytes_[b] = 0;
   for (int64_t c = first; c < end; ++c) {
     const PsChunk& chunk = plan_.chunks[c];
     const torch::Tensor message = encoder_ ? messages[static_cast<size_t>(c - first)]
                                            : grads.narrow(0, chunk.offset, chunk.numel);
+    if (server_rank(chunk.server) != requests_->rank()) {
+      sent_bytes_[b] += static_cast<int64_t>(message.nbytes());
+    }
     sends.push_back(requests_->send(message, server_rank(chunk.server), ps::push_tag(c)));
     if (consistency_ == Consistency::kAsync) ++expected_[c];
   }
@@ -439,7 +444,9 @@ void PsStrategy::record(Bucket& bucket, std::unique_ptr<Work> work, StepComm& in
     hierarchy_->record_reduce(std::move(reduce), CommHook::payload_bytes(bucket), into);
     if (!is_leader_) return;
   }
-  into.add(Collective::kSend, Traffic::kGradients, payload_bytes(bucket), std::move(work));
+  const int64_t b = bucket_of_first_param_.at(bucket.layout.params.front());
+  into.add(Collective::kSend, Traffic::kGradients, sent_bytes_.at(static_cast<size_t>(b)),
+           std::move(work));
 }
 
 void PsStrategy::receive_params() {
@@ -486,6 +493,7 @@ void PsStrategy::apply_params(int64_t chunk) {
       param_flat_[where.bucket].narrow(0, where.offset, where.numel)
           .copy_(message.data.narrow(0, header, where.numel));
     }
+    if (server_rank(where.server) == replies_->rank()) continue;  // from this rank's server
     current_.add(Collective::kRecv, Traffic::kParameters,
                  where.numel * static_cast<int64_t>(message.data.element_size()),
                  std::move(message.work), server_rank(where.server));

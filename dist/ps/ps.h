@@ -241,6 +241,9 @@ class PsStrategy : public Strategy, private CommHook {
   std::unique_ptr<ps::PushEncoder> encoder_;
   int64_t step_ = 0;
   std::vector<int64_t> pushed_bytes_;
+  // Each bucket's bytes pushed to other ranks' servers in its last push (comm/sent_bytes: a
+  // push to this rank's own server moves nothing off the rank, as over p2p).
+  std::vector<int64_t> sent_bytes_;
   std::vector<std::string> gathered_codec_states_;
   double last_decode_ms_ = 0.0;  // this rank's server's decoding in the last step
 
