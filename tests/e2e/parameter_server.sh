@@ -101,6 +101,18 @@ sys.exit(not steps or bool(bad))
 PY
 echo "ok: over collectives with a straggler, comm/exposed_ms stays within time/step_ms"
 
+# Bytes sent for the same work over messages and p2p (3 colocated ranks, bsp): what leaves
+# the rank, so 2/3 of the model each, not the whole model over messages (its own shard's).
+for transport in messages p2p; do
+  train 3 "sent_$transport" --set dist.ps.transport=$transport --set dist.ps.consistency=bsp \
+    --set train.max_steps=2 --set run.log_every=1 --set data.batch_size=16 ||
+    { tail "$work/sent_$transport.log"; fail "the $transport run failed"; }
+done
+[ "$(metric_max sent_messages comm/sent_bytes)" = "$(metric_max sent_p2p comm/sent_bytes)" ] ||
+  fail "comm/sent_bytes $(metric_max sent_messages comm/sent_bytes) over messages, \
+$(metric_max sent_p2p comm/sent_bytes) over p2p"
+echo "ok: messages and p2p count the same bytes sent"
+
 # The hierarchy: 4 ranks as 2 nodes of 2 (dist/comm/nodes.h's override), SSP(2).
 DTRAIN_RANKS_PER_NODE=2 train 4 hierarchical --set dist.ps.hierarchical=true \
   --set train.max_steps=30 --set run.log_every=10 --set data.batch_size=16 ||
