@@ -53,7 +53,16 @@ struct EvalResult {
   double accuracy = std::numeric_limits<double>::quiet_NaN();
 };
 
-const char* kDivergedHint = "lower optim.lr, add warmup (schedule.warmup_epochs) or use fp32";
+// What to try after a divergence: fp32 only where the run is not in it already.
+std::string diverged_hint(const Config& config) {
+  return std::string("lower optim.lr or add warmup (schedule.warmup_epochs)") +
+         (config.train.precision == "fp32" ? "" : ", or use train.precision = \"fp32\"");
+}
+
+// "NaN" or "Inf" (fmt writes a NaN of either sign, as "-nan" and "nan").
+std::string nonfinite_name(double value) {
+  return std::isnan(value) ? "NaN" : value > 0 ? "Inf" : "-Inf";
+}
 
 class Trainer {
  public:
@@ -119,6 +128,11 @@ class Trainer {
     if (step_ == s_.total_steps) {
       log::info("the run had finished: step {} of {}; nothing left to train", step_,
                 s_.total_steps);
+      // A checkpoint from before the end's evaluation (a run continued with a lower
+      // train.max_steps): the final record still needs its test figures.
+      if (!std::isfinite(last_eval_.accuracy)) {
+        last_eval_ = evaluate((step_ - 1) / s_.steps_per_epoch);
+      }
     }
   }
 
@@ -275,12 +289,14 @@ class Trainer {
     if (steps == 0) {
       throw UserError(fmt::format("steps {} to {}: the loss was NaN or Inf at each, so each "
                                   "update was skipped: training diverged; {}",
-                                  interval_first_step_ + 1, step_, kDivergedHint));
+                                  interval_first_step_ + 1, step_, diverged_hint(config_)));
     }
     const double loss = reduced[0].item<double>() / static_cast<double>(steps);
-    if (!std::isfinite(loss)) {
-      throw UserError(fmt::format("loss is {} at step {}: training diverged; {}", loss, step_,
-                                  kDivergedHint));
+    if (!std::isfinite(loss)) {  // the interval's mean: one of its steps, not which one
+      throw UserError(fmt::format(
+          "the training loss is {} in steps {} to {} (checked every run.log_every steps): "
+          "training diverged; {}",
+          nonfinite_name(loss), interval_first_step_ + 1, step_, diverged_hint(config_)));
     }
     const double seconds = seconds_since(interval_start_) - left_out_seconds_;
     const double img_per_s = static_cast<double>(steps * s_.images_per_step) / seconds;
@@ -387,7 +403,7 @@ class Trainer {
           last_checkpoint_step_ > 0
               ? fmt::format("the newest checkpoint stays step {}'s", last_checkpoint_step_)
               : std::string("no earlier checkpoint"),
-          kDivergedHint));
+          diverged_hint(config_)));
     }
     last_checkpoint_step_ = step_;
     checkpointer_.save(checkpoint_info(), model_state, *s_.strategy, to_toml(config_),

@@ -101,7 +101,7 @@ label_smoothing = 1.0
 )");
   const std::vector<std::string> problems = problems_of(path);
   REQUIRE(problems.size() == 4);
-  CHECK(problems[0] == path + ":2: data.batch_size: 0 is below the minimum 1");
+  CHECK(problems[0] == path + ":2: data.batch_size: 0 is outside [1, 1048576]");
   CHECK(contains(problems[1], path + ":4: model.name: \"resnet51\" is not one of"));
   CHECK(contains(problems[1], "(did you mean resnet50?)"));
   CHECK(problems[2] == path + ":6: train.precision: \"fp8\" is not one of: fp32, bf16, fp16 "
@@ -125,7 +125,7 @@ strategy = "dpp"
   CHECK(problems[0] == path + ":2: optim.lrr: unknown key (did you mean optim.lr?)");
   CHECK(problems[1] == path + ":3: optim.lr: -1 is outside [0, 1000]");
   CHECK(problems[2] == path + ":5: data.batch_size: expected an integer, got a string");
-  CHECK(problems[3] == path + ":6: data.eval_batch_size: 0 is below the minimum 1");
+  CHECK(problems[3] == path + ":6: data.eval_batch_size: 0 is outside [1, 1048576]");
   CHECK(problems[4] == path + ":8: dist.strategy: \"dpp\" is not one of: single, ddp, zero, ps "
                               "(did you mean ddp?)");
   CHECK(problems[5] == "--set dist.timeout_s: 0 is outside [1, 86400]");
