@@ -5,7 +5,13 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 namespace fs = std::filesystem;
@@ -63,9 +69,38 @@ void create_run_dir(const std::string& run_dir) {
   }
 }
 
+RunDirLock::RunDirLock(const std::string& run_dir) {
+  const std::string path = (fs::path(run_dir) / ".lock").string();
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    throw UserError(fmt::format("{}: cannot create: {}", path, std::strerror(errno)));
+  }
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    char holder[32] = {};
+    const ssize_t got = ::pread(fd_, holder, sizeof(holder) - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    const std::string pid = got > 0 ? std::string(holder, static_cast<size_t>(got)) : "";
+    throw UserError(fmt::format(
+        "{} is in use by another trainer{}; wait for it to end, or choose another run.name",
+        run_dir, pid.find_first_not_of("0123456789") == std::string::npos && !pid.empty()
+                     ? fmt::format(" (pid {})", pid)
+                     : ""));
+  }
+  if (::ftruncate(fd_, 0) == 0) {
+    // The holder's pid, for a refused trainer's message; the lock holds without it.
+    const std::string pid = std::to_string(::getpid());
+    [[maybe_unused]] const ssize_t wrote = ::pwrite(fd_, pid.data(), pid.size(), 0);
+  }
+}
+
+RunDirLock::~RunDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // lets go of the lock
+}
+
 void remove_unstarted_run(const std::string& run_dir, int rank) {
   std::vector<std::string> names = {fmt::format("train.rank{}.log", rank)};
-  if (rank == 0) names = {"config.toml", "metrics.jsonl", "metrics.csv", "train.log"};
+  if (rank == 0) names = {"config.toml", "metrics.jsonl", "metrics.csv", "train.log", ".lock"};
   std::error_code ignored;
   for (const std::string& name : names) fs::remove(fs::path(run_dir) / name, ignored);
   fs::remove(run_dir, ignored);  // only if empty: another rank's log may still be there

@@ -26,9 +26,26 @@ void check_run_dir(const std::string& run_dir, const std::optional<std::string>&
 // cannot (a path through a file, a read-only or missing mount).
 void create_run_dir(const std::string& run_dir);
 
+// Rank 0's hold on its run directory for the run's life, so that a second trainer started on
+// it (a stray left running, two sweeps with one name) is refused instead of interleaving the
+// metrics and pruning the other's checkpoints. An flock on run_dir/.lock: the kernel lets go
+// when the process ends, however it ends. Throws UserError, naming the holder's pid, where
+// another process holds it.
+class RunDirLock {
+ public:
+  explicit RunDirLock(const std::string& run_dir);
+  ~RunDirLock();
+  RunDirLock(const RunDirLock&) = delete;
+  RunDirLock& operator=(const RunDirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 // Removes what a run that never trained wrote into `run_dir`, a directory that held no run
-// before: rank 0's config.toml, metrics and train.log, another rank's train.rank<r>.log, then
-// the directory itself if nothing else is left in it. The log file must be closed.
+// before: rank 0's config.toml, metrics, train.log and .lock, another rank's
+// train.rank<r>.log, then the directory itself if nothing else is left in it. The log file
+// must be closed.
 void remove_unstarted_run(const std::string& run_dir, int rank);
 
 // The checkpoints `--resume [PATH]` offers, in the order to try them.

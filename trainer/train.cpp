@@ -568,6 +568,8 @@ RunResult run_training(const Config& config, const RunFlags& flags) {
   const int rank = setup.world.rank;
   const bool fresh_dir = !holds_run(setup.run_dir);
   create_run_dir(setup.run_dir);
+  std::optional<RunDirLock> lock;  // until the run ends
+  if (rank == 0) lock.emplace(setup.run_dir);
   log::open_file(setup.run_dir +
                  (rank == 0 ? std::string("/train.log") : fmt::format("/train.rank{}.log", rank)));
   if (rank == 0) write_text(setup.run_dir + "/config.toml", to_toml(config));

@@ -6,9 +6,11 @@
 #include "trainer/run_dir.h"
 
 #include <catch2/catch.hpp>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <unistd.h>
@@ -152,4 +154,17 @@ TEST_CASE("resuming says what a changed world, batch or schedule changes", "[run
   REQUIRE(constant_longer.size() == 1);
   CHECK_THAT(constant_longer[0], Catch::Contains("the learning rates of the steps left are "
                                                  "unchanged"));
+}
+
+TEST_CASE("a run directory in use by another trainer is refused, and free once it ends",
+          "[run_dir]") {
+  const fs::path run = fresh_dir("in_use");
+  std::optional<dtrain::trainer::RunDirLock> first(std::in_place, run.string());
+  // flock belongs to an open file: a second open of .lock conflicts, in one process as in two.
+  CHECK_THROWS_WITH(dtrain::trainer::RunDirLock(run.string()),
+                    run.string() + " is in use by another trainer (pid " +
+                        std::to_string(::getpid()) +
+                        "); wait for it to end, or choose another run.name");
+  first.reset();
+  CHECK_NOTHROW(dtrain::trainer::RunDirLock(run.string()));
 }
