@@ -414,6 +414,15 @@ FieldErrors DistOptions::unused_keys(const std::vector<std::string>& written) co
                ps.consistency != "ssp") {
       warnings.push_back({key, fmt::format("has no effect under dist.ps.consistency = \"{}\"",
                                            ps.consistency)});
+    } else if ((key == "ps.partial_wait" || key == "ps.previews" || key == "ps.preview_fill") &&
+               ps.ssp_reads != "partial") {
+      warnings.push_back({key, fmt::format("has no effect under dist.ps.ssp_reads = \"{}\" (it "
+                                           "shapes partial reads)",
+                                           ps.ssp_reads)});
+    } else if (key == "ps.servers" && ps.placement != "dedicated") {
+      warnings.push_back({key, fmt::format("has no effect under dist.ps.placement = \"{}\" "
+                                           "(every worker serves a shard)",
+                                           ps.placement)});
     } else if ((key == "ps.link_ctas" || key == "ps.p2p_links") && ps.transport != "p2p" &&
                ps.transport != "auto") {
       warnings.push_back({key, fmt::format("has no effect under dist.ps.transport = \"{}\"",

@@ -504,6 +504,22 @@ TEST_CASE("dist.ps.p2p_links: auto, shared or communicator", "[config]") {
                                  "dist.ps.p2p_links = \"shared\" (no kernel carries the links)"});
 }
 
+TEST_CASE("partial reads' keys warn without partial reads, servers without dedicated placement",
+          "[config]") {
+  CHECK(warnings_of("", {"dist.strategy=ps", "dist.ps.consistency=ssp", "dist.ps.previews=1",
+                         "dist.ps.servers=2"}) ==
+        std::vector<std::string>{
+            "--set dist.ps.servers: has no effect under dist.ps.placement = \"colocated\" "
+            "(every worker serves a shard)",
+            "--set dist.ps.previews: has no effect under dist.ps.ssp_reads = \"newest\" (it "
+            "shapes partial reads)"});
+  CHECK(warnings_of("", {"dist.strategy=ps", "dist.ps.consistency=ssp", "dist.ps.ssp_reads=partial",
+                         "optim.name=sgd", "dist.ps.transport=p2p", "dist.ps.partial_wait=0.1",
+                         "dist.ps.preview_fill=zero"})
+            .empty());
+  CHECK(warnings_of("", {"dist.strategy=ps", "dist.ps.placement=dedicated", "dist.ps.servers=2"})
+            .empty());
+}
 
 TEST_CASE("dist.ps.ssp_reads = \"partial\": messages or p2p, no hierarchy, SGD", "[config]") {
   const std::vector<std::string> partial = {"dist.strategy=ps", "dist.ps.consistency=ssp",
