@@ -107,11 +107,12 @@ class ImageFolderDataset : public Dataset {
     if (skip_bad_images_) {
       return fmt::format("{}: {}; it passed the check of data.skip_bad_images when the dataset "
                          "was opened, and leaving it out now would change the sample order: "
-                         "replace or remove the file and restart",
+                         "replace or remove the file and continue with --resume",
                          path, problem);
     }
     return fmt::format("{}: {}; replace or remove the file, or set data.skip_bad_images = true "
-                       "to leave out damaged files when the dataset is opened",
+                       "to leave out damaged files when the dataset is opened, and continue "
+                       "with --resume",
                        path, problem);
   }
 
