@@ -198,7 +198,7 @@ TEST_CASE("image folder: a damaged file is an error naming it when it is loaded"
   CHECK(load_error(*dataset, 1) ==
         (a / "1_cut.jpg").string() +
             ": truncated: no JPEG end-of-image marker (FF D9) in its last 365 bytes" + hint +
-            " to leave out damaged files when the dataset is opened");
+            " to leave out damaged files when the dataset is opened, and continue with --resume");
   CHECK(contains(load_error(*dataset, 2), (a / "2_cut.png").string() + ": truncated: no PNG"));
   CHECK(contains(load_error(*dataset, 3), (a / "3_page.jpg").string() + ": not a JPEG or PNG"));
   CHECK(contains(load_error(*dataset, 4), (a / "4_empty.jpeg").string() + ": corrupt: "));
