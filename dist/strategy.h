@@ -61,6 +61,9 @@ class Strategy {
   // ---- Roles and data. Known from construction, before attach().
   virtual Role role() const { return Role::kWorker; }
   virtual DataGroup data_group() const = 0;
+  // The data group's ranks still training: all of them, but for workers lost under the
+  // parameter server's dist.ps.tolerate_worker_loss.
+  virtual int ranks_training() const { return data_group().size; }
   // On a server: serves the workers until they finish, then returns. Never called on workers.
   virtual void serve();
   // Sums or averages `values` (a small tensor on the device the workers train on) over the

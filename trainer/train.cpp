@@ -299,7 +299,10 @@ class Trainer {
           nonfinite_name(loss), interval_first_step_ + 1, step_, diverged_hint(config_)));
     }
     const double seconds = seconds_since(interval_start_) - left_out_seconds_;
-    const double img_per_s = static_cast<double>(steps * s_.images_per_step) / seconds;
+    // The global batch less the shares of workers lost since the start (tolerate_worker_loss).
+    const int64_t images_per_step =
+        s_.images_per_step / s_.strategy->data_group().size * s_.strategy->ranks_training();
+    const double img_per_s = static_cast<double>(steps * images_per_step) / seconds;
     const double lr = s_.schedule->lr_at(step_ - 1);
     progress_.step({step_, s_.total_steps, epoch, loss, lr, img_per_s,
                     seconds / steps * static_cast<double>(s_.total_steps - step_)});

@@ -86,6 +86,7 @@ class PsStrategy : public Strategy, private CommHook {
   std::string name() const override { return "ps"; }
   Role role() const override { return is_worker_ ? Role::kWorker : Role::kServer; }
   DataGroup data_group() const override;
+  int ranks_training() const override { return static_cast<int>(live_workers_.size()); }
   void serve() override;
   void reduce_metrics(torch::Tensor values, ReduceOp op) override;
 
