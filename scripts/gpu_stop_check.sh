@@ -23,7 +23,7 @@ probe() {  # NAME SIGNAL LAUNCH...
   sigs
   kill -$sig $pid
   for i in $(seq 60); do kill -0 $pid 2>/dev/null || break; sleep 1; done
-  if kill -0 $pid 2>/dev/null; then echo "still running 60 s after $sig"; sigs; pkill -9 -f build-gpu/trainer; pkill -9 mpirun; fi
+  if kill -0 $pid 2>/dev/null; then echo "still running 60 s after $sig"; sigs; pkill -9 -f '^build-gpu/trainer'; pkill -9 -x mpirun; fi
   wait $pid; echo "exit $?"
   grep -E "stopped by|resume with" $OUT/$name.log; grep -E "^step" $OUT/$name.log | tail -1
   ls $OUT/runs/$name/checkpoints 2>&1 | head -3

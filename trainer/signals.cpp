@@ -37,10 +37,8 @@ std::string shell_quote(const std::string& arg) {
   return quoted + "'";
 }
 
-}  // namespace
-
-StopSignals::StopSignals() {
-  g_received = 0;
+// previous: where to keep the handlers replaced, or null.
+void install(struct sigaction* previous) {
   struct sigaction action {};
   action.sa_handler = record_signal;
   sigemptyset(&action.sa_mask);
@@ -50,8 +48,20 @@ StopSignals::StopSignals() {
   // its machine itself as well as through mpirun, which does not always pass it on.
   for (int i = 0; i < kNumSignals; ++i) {
     action.sa_flags = SA_RESTART | (kSignals[i] == SIGUSR1 ? 0 : SA_RESETHAND);
-    sigaction(kSignals[i], &action, &g_previous[i]);
+    sigaction(kSignals[i], &action, previous ? &previous[i] : nullptr);
   }
+}
+
+}  // namespace
+
+StopSignals::StopSignals() {
+  g_received = 0;
+  install(g_previous);
+}
+
+void StopSignals::reinstall() const {
+  // A second SIGINT or SIGTERM already taken keeps its default action (SA_RESETHAND).
+  if (received() == 0) install(nullptr);
 }
 
 StopSignals::~StopSignals() {

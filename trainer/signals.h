@@ -23,6 +23,11 @@ class StopSignals {
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
 
+  // Installs the handlers again, keeping any signal received: what the run's start-up
+  // initialises may put its own handlers in place (seen on a GPU machine, where SIGUSR1 then
+  // no longer stopped a run alone).
+  void reinstall() const;
+
   // The first signal received while installed, or 0.
   static int received();
 };

@@ -556,6 +556,7 @@ RunResult run_training(const Config& config, const RunFlags& flags) {
   std::optional<StopSignals> signals;
   if (!flags.dry_run) signals.emplace();  // until training (or serving) ends
   RunSetup setup = build_run(config);
+  if (signals) signals->reinstall();
   log::info("{}", describe_run(config, setup));
   if (!config.debug.slow_ranks.empty()) {
     log::info("debug: rank(s) {} slowed {}x", fmt::join(config.debug.slow_ranks, ", "),
