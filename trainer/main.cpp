@@ -193,6 +193,11 @@ int run_reporting(int argc, char** argv) {
     return fail([&e](const std::string&) {
       for (const std::string& problem : e.problems()) std::fprintf(stderr, "%s\n", problem.c_str());
     }, 2);
+  } catch (const dtrain::trainer::FailedOnAnotherRank& e) {
+    // The rank that failed reports and ends the job within seconds (fail()); should it not,
+    // this rank ends it.
+    std::this_thread::sleep_for(std::chrono::seconds(30));
+    return fail(e.what(), 2);
   } catch (const dtrain::UserError& e) {
     return fail(e.what(), 2);
   } catch (const c10::Error& e) {  // torch's: the message, not the C++ frames it carries

@@ -4,6 +4,7 @@
 #include "common/host_wait.h"
 #include "common/log.h"
 #include "dist/comm/communicator.h"
+#include "dist/factory.h"
 #include "trainer/checkpoint.h"
 #include "trainer/config.h"
 #include "trainer/graphed_step.h"
@@ -351,25 +352,35 @@ class Trainer {
     s_.model->eval();
     // Each rank evaluates its shard of the test set; the sums are reduced over ranks.
     auto options = torch::dtype(torch::kFloat64).device(s_.device);
-    torch::Tensor sums = torch::zeros({3}, options);  // loss, correct, seen
+    torch::Tensor sums = torch::zeros({4}, options);  // loss, correct, seen, failed ranks
     torch::Tensor loss_sum = sums[0];
     torch::Tensor correct = sums[1];
     int64_t seen = 0;
+    // A test file that does not load (a damaged image) is found here, after an epoch of
+    // training: this rank stops evaluating, and the reduction below tells every rank, which
+    // then write the epoch's checkpoint before the run ends.
+    std::string failure;
     s_.test_loader->start_epoch(0);
     data::Batch batch;
-    while (s_.test_loader->next(batch)) {
-      AutocastScope autocast(config_.train.precision);
-      torch::Tensor logits = s_.model->forward(batch.images).to(torch::kFloat32);
-      loss_sum += torch::nn::functional::cross_entropy(
-          logits, batch.labels,
-          torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-      correct += logits.argmax(1).eq(batch.labels).sum();
-      seen += batch.labels.size(0);
+    try {
+      while (s_.test_loader->next(batch)) {
+        AutocastScope autocast(config_.train.precision);
+        torch::Tensor logits = s_.model->forward(batch.images).to(torch::kFloat32);
+        loss_sum += torch::nn::functional::cross_entropy(
+            logits, batch.labels,
+            torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+        correct += logits.argmax(1).eq(batch.labels).sum();
+        seen += batch.labels.size(0);
+      }
+    } catch (const UserError& e) {
+      failure = e.what();
     }
     s_.model->train();
     sums[2].fill_(static_cast<double>(seen));
+    sums[3].fill_(failure.empty() ? 0.0 : 1.0);
     s_.strategy->reduce_metrics(sums, dist::ReduceOp::kSum);
     const torch::Tensor totals = to_host(sums);
+    if (totals[3].item<double>() > 0) end_failed_evaluation(failure);
     const double count = totals[2].item<double>();
     EvalResult result{totals[0].item<double>() / count, totals[1].item<double>() / count};
     progress_.line(fmt::format("epoch {} | test loss {:.4f} | test accuracy {:.2f}%", epoch,
@@ -381,6 +392,17 @@ class Trainer {
                     {"accuracy/test", result.accuracy},
                     {"time/wall_s", train_seconds_before_ + seconds_since(process_start)}});
     return result;
+  }
+
+  // Every rank, once a rank's evaluation failed with `failure` (empty on the others): the
+  // training so far is checkpointed, then the rank that failed reports it and the others leave
+  // the report to it.
+  [[noreturn]] void end_failed_evaluation(const std::string& failure) {
+    checkpoint();
+    if (failure.empty()) throw FailedOnAnotherRank("the evaluation failed on another rank");
+    if (last_checkpoint_step_ == 0) throw UserError(failure);
+    throw UserError(fmt::format("{} (the training up to step {} is checkpointed)", failure,
+                                last_checkpoint_step_));
   }
 
   // Every rank writes its own, then (all written: the reduction is collective) rank 0 merges.
@@ -428,7 +450,7 @@ class Trainer {
     CheckpointInfo info;
     info.step = step_;
     info.epoch = step_ / s_.steps_per_epoch;
-    info.strategy = s_.strategy->name();
+    info.strategy = dist::describe_strategy(config_.dist);
     info.world_size = s_.strategy->data_group().size;
     info.global_batch = s_.images_per_step;
     info.steps_per_epoch = s_.steps_per_epoch;

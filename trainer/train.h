@@ -5,6 +5,7 @@
 #include "trainer/options.h"
 
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,13 @@ struct RunResult {
   double train_seconds = 0.0;  // over every session of the run
   // The signal that stopped the run before its last step (signals.h), or 0.
   int stop_signal = 0;
+};
+
+// This rank's part of a failure that another rank reports (a rank whose test data did not
+// load): main leaves the report to that rank, which ends the job.
+class FailedOnAnotherRank : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 // Throws UserError before anything is written when the run directory holds a run and

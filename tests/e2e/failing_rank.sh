@@ -2,7 +2,9 @@
 # A rank that fails ends every rank at once: with one unreadable image in an image folder, a
 # 2-rank DDP run under the default dist.timeout_s (300 s) exits with code 2 within seconds,
 # with one line naming the rank and the file, no rank blamed for not joining, and no banner of
-# Open MPI's after it.
+# Open MPI's after it. An unreadable test image, found only by the evaluation after an epoch of
+# training, ends the job the same way, but with that epoch's checkpoint written: fixed, the run
+# resumes from it.
 # Skipped (77) in a build without a JPEG/PNG decoder.   usage: failing_rank.sh TRAINER SOURCE_DIR
 set -uo pipefail
 trainer=$1 source=$2
@@ -52,3 +54,26 @@ if grep -qE "missing rank|never joined|did not complete" "$tmp/out"; then
 fi
 ! grep -qE "MPI_ABORT|help message" "$tmp/out" || fail "Open MPI's abort banner after the line"
 echo "ok: the failing rank ended the job with exit code $code after ${elapsed} s"
+
+# The test image: every training image loads, and the epoch's training survives the failure.
+png "$bad"
+bad_test="$tmp/images/val/a/1.png"
+head -c 20 "$bad" >"$bad_test"
+timeout 90 "$source/scripts/mpirun.sh" --oversubscribe -np 2 "$trainer" "${args[@]}" \
+  --set run.name=eval --set train.epochs=2 >"$tmp/eval" 2>&1
+code=$?
+cat "$tmp/eval"
+[ "$code" -ne 124 ] || fail "the run with a damaged test image still ran after 90 s"
+[ "$code" -eq 2 ] || fail "damaged test image: exit code $code, expected 2"
+[ "$(grep -c "^error:" "$tmp/eval")" -eq 1 ] || fail "damaged test image: not one error line"
+grep -qE "^error: rank [01]: $bad_test: .*\(the training up to step 2 is checkpointed\)$" \
+  "$tmp/eval" || fail "no line naming $bad_test and the checkpoint of step 2"
+[ -f "$tmp/runs/eval/checkpoints/step_00000002/DONE" ] || fail "no checkpoint of the epoch"
+! grep -qE "MPI_ABORT|help message" "$tmp/eval" || fail "Open MPI's abort banner after the line"
+png "$bad_test"
+timeout 90 "$source/scripts/mpirun.sh" --oversubscribe -np 2 "$trainer" "${args[@]}" \
+  --set run.name=eval --set train.epochs=2 --resume >"$tmp/resumed" 2>&1 \
+  || { cat "$tmp/resumed"; fail "the run did not resume once the image was replaced"; }
+grep -q "resumed from .*step_00000002 at step 2" "$tmp/resumed" \
+  || { cat "$tmp/resumed"; fail "not resumed from the epoch's checkpoint"; }
+echo "ok: a damaged test image ended the run with the epoch checkpointed, and it resumed"
