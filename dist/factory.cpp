@@ -52,6 +52,24 @@ void check_strategy(const DistOptions& options, int world_size, bool on_gpus) {
   }
 }
 
+std::string describe_strategy(const DistOptions& options) {
+  std::string text = strategy_name(options.strategy);
+  if (options.strategy == StrategyKind::kZero) text += fmt::format(" stage {}", options.zero.stage);
+  if (options.strategy == StrategyKind::kPs) {
+    const PsOptions& ps = options.ps;
+    text += " " + ps.consistency;
+    if (ps.consistency == "ssp") text += fmt::format("({})", ps.staleness);
+    text += ps.placement == "dedicated"
+                ? fmt::format(", {} dedicated server{}", ps.servers, ps.servers == 1 ? "" : "s")
+                : std::string(", colocated");
+  }
+  // A single rank reads no codec (the config warns); ZeRO stages 1 and 3 refuse one.
+  if (options.strategy != StrategyKind::kSingle && options.compression.enabled()) {
+    text += fmt::format(", {} compression", options.compression.kind);
+  }
+  return text;
+}
+
 std::unique_ptr<Strategy> make_strategy(const DistOptions& options,
                                         std::shared_ptr<Communicator> world) {
   const bool on_gpus = world->device().is_cuda();

@@ -220,10 +220,6 @@ CheckpointInfo Checkpointer::load(const std::string& path, dist::Strategy& strat
   }
   const CheckpointInfo info = read_info(path);
   // Every strategy reads every strategy's optimizer state (dist/optimizer_state.h).
-  if (info.strategy != strategy.name()) {
-    log::info("{}: written by strategy \"{}\", resumed under \"{}\"", path, info.strategy,
-              strategy.name());
-  }
   // Read into the consolidated state (checked against its names and shapes), then handed
   // back: a sharding strategy keeps its part.
   const dist::NamedTensors model_state = strategy.model_state();

@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "common/host_wait.h"
 #include "common/log.h"
+#include "dist/factory.h"
 #include "optim/schedule.h"
 #include "trainer/config.h"
 #include "trainer/toml_binding.h"
@@ -177,6 +178,11 @@ std::vector<std::string> resume_changes(const RunShape& saved, const RunShape& n
 }
 
 void warn_resume_changes(const Resumed& resumed, const RunShape& now) {
+  const std::string strategy = dist::describe_strategy(now.config.dist);
+  if (resumed.info.strategy != strategy) {
+    log::info("{}: written by strategy \"{}\", resumed under \"{}\"", resumed.path,
+              resumed.info.strategy, strategy);
+  }
   const std::optional<RunShape> saved = saved_shape(resumed.path, resumed.info);
   if (!saved) return;
   for (const std::string& change : resume_changes(*saved, now, resumed.info.step)) {

@@ -41,8 +41,9 @@ struct RunShape {
 // it changes.
 std::vector<std::string> resume_changes(const RunShape& saved, const RunShape& now, int64_t step);
 
-// Logs resume_changes() against the run that wrote `resumed` (its config.toml and state.toml);
-// nothing when its config.toml does not load or its state.toml predates the shape fields.
+// Logs a change of strategy (dist::describe_strategy) and resume_changes() against the run that
+// wrote `resumed` (its config.toml and state.toml); the latter not when its config.toml does not
+// load or its state.toml predates the shape fields.
 void warn_resume_changes(const Resumed& resumed, const RunShape& now);
 
 }  // namespace dtrain::trainer

@@ -340,7 +340,7 @@ std::string describe_run(const Config& config, const RunSetup& setup) {
       dtrain_version(), TORCH_VERSION, cuda, images, config.run.name, setup.run_dir,
       setup.world.size, setup.world.num_nodes, setup.device.str(), host_only_ranks(setup),
       torch::get_num_threads(),
-      setup.strategy->name(), gradients, config.model.name, num_params,
+      dist::describe_strategy(config.dist), gradients, config.model.name, num_params,
       config.data.dataset, config.train.precision,
       config.train.channels_last ? " | channels_last" : "", setup.images_per_step,
       setup.strategy->data_group().size, config.data.batch_size, config.train.grad_accum,

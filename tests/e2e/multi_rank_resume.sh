@@ -41,7 +41,8 @@ for zero in zero zero2 zero3; do
   cp -r "$tmp/ddp-straight/r/checkpoints/step_00000006" "$tmp/ddp-to-$zero/r/checkpoints/"
   # shellcheck disable=SC2046
   run "$tmp/ddp-to-$zero" $(args_of $zero) --resume
-  grep -q 'written by strategy "ddp", resumed under "zero"' "$tmp/ddp-to-$zero.log" \
+  stage=${zero#zero}; stage=${stage:-1}
+  grep -q "written by strategy \"ddp\", resumed under \"zero stage $stage\"" "$tmp/ddp-to-$zero.log" \
     || { cat "$tmp/ddp-to-$zero.log"; exit 1; }
   cmp "$tmp/ddp-straight/r/checkpoints/step_00000012/model.pt" \
       "$tmp/ddp-to-$zero/r/checkpoints/step_00000012/model.pt"
