@@ -102,6 +102,9 @@ class Strategy {
   virtual void step(double lr) = 0;
   // Before evaluation: make the model this rank evaluates consistent with the other ranks'.
   virtual void before_eval() {}
+  // Whether forward communicates (ZeRO-3 gathers each unit), so that every worker must run
+  // the same number of forwards, in evaluation as in training.
+  virtual bool forward_communicates() const { return false; }
   // After the last step (and the last evaluation and checkpoint), on every worker: completes
   // the strategy's communication; servers return from serve().
   virtual void finish() {}

@@ -362,18 +362,14 @@ class Trainer {
     std::string failure;
     s_.test_loader->start_epoch(0);
     data::Batch batch;
-    try {
-      while (s_.test_loader->next(batch)) {
-        AutocastScope autocast(config_.train.precision);
-        torch::Tensor logits = s_.model->forward(batch.images).to(torch::kFloat32);
-        loss_sum += torch::nn::functional::cross_entropy(
-            logits, batch.labels,
-            torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-        correct += logits.argmax(1).eq(batch.labels).sum();
-        seen += batch.labels.size(0);
-      }
-    } catch (const UserError& e) {
-      failure = e.what();
+    while (next_test_batch(batch, failure)) {
+      AutocastScope autocast(config_.train.precision);
+      torch::Tensor logits = s_.model->forward(batch.images).to(torch::kFloat32);
+      loss_sum += torch::nn::functional::cross_entropy(
+          logits, batch.labels,
+          torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+      correct += logits.argmax(1).eq(batch.labels).sum();
+      seen += batch.labels.size(0);
     }
     s_.model->train();
     sums[2].fill_(static_cast<double>(seen));
@@ -392,6 +388,20 @@ class Trainer {
                     {"accuracy/test", result.accuracy},
                     {"time/wall_s", train_seconds_before_ + seconds_since(process_start)}});
     return result;
+  }
+
+  // The next test batch, false at the end or once `failure` holds this rank's error. Every
+  // rank has as many test batches (the last may be empty); where forward communicates, the
+  // ranks also agree on each batch, so that all stop together when one fails.
+  bool next_test_batch(data::Batch& batch, std::string& failure) {
+    bool more = false;
+    try {
+      more = s_.test_loader->next(batch);
+    } catch (const UserError& e) {
+      failure = e.what();
+    }
+    if (s_.strategy->forward_communicates()) return all_workers(failure.empty()) && more;
+    return failure.empty() && more;
   }
 
   // Every rank, once a rank's evaluation failed with `failure` (empty on the others): the

@@ -76,6 +76,7 @@ class Zero3Strategy : public ReplicatedStrategy {
   void before_forward(int64_t step) override;
   void after_backward(bool last_micro_step) override;
   void before_eval() override;
+  bool forward_communicates() const override { return true; }
   // This rank's pieces of the parameters: their gradients are its shard of the averaged ones.
   std::vector<torch::Tensor> gradient_owners() override { return shard_->pieces(); }
   void step(double lr) override;

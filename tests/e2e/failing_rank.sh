@@ -55,25 +55,30 @@ fi
 ! grep -qE "MPI_ABORT|help message" "$tmp/out" || fail "Open MPI's abort banner after the line"
 echo "ok: the failing rank ended the job with exit code $code after ${elapsed} s"
 
-# The test image: every training image loads, and the epoch's training survives the failure.
+# The test image: every training image loads, and the epoch's training survives the failure,
+# also under ZeRO-3, whose forwards gather the parameters (the ranks stop evaluating together).
 png "$bad"
 bad_test="$tmp/images/val/a/1.png"
-head -c 20 "$bad" >"$bad_test"
-timeout 90 "$source/scripts/mpirun.sh" --oversubscribe -np 2 "$trainer" "${args[@]}" \
-  --set run.name=eval --set train.epochs=2 >"$tmp/eval" 2>&1
-code=$?
-cat "$tmp/eval"
-[ "$code" -ne 124 ] || fail "the run with a damaged test image still ran after 90 s"
-[ "$code" -eq 2 ] || fail "damaged test image: exit code $code, expected 2"
-[ "$(grep -c "^error:" "$tmp/eval")" -eq 1 ] || fail "damaged test image: not one error line"
-grep -qE "^error: rank [01]: $bad_test: .*\(the training up to step 2 is checkpointed\)$" \
-  "$tmp/eval" || fail "no line naming $bad_test and the checkpoint of step 2"
-[ -f "$tmp/runs/eval/checkpoints/step_00000002/DONE" ] || fail "no checkpoint of the epoch"
-! grep -qE "MPI_ABORT|help message" "$tmp/eval" || fail "Open MPI's abort banner after the line"
-png "$bad_test"
-timeout 90 "$source/scripts/mpirun.sh" --oversubscribe -np 2 "$trainer" "${args[@]}" \
-  --set run.name=eval --set train.epochs=2 --resume >"$tmp/resumed" 2>&1 \
-  || { cat "$tmp/resumed"; fail "the run did not resume once the image was replaced"; }
-grep -q "resumed from .*step_00000002 at step 2" "$tmp/resumed" \
-  || { cat "$tmp/resumed"; fail "not resumed from the epoch's checkpoint"; }
-echo "ok: a damaged test image ended the run with the epoch checkpointed, and it resumed"
+for strategy in ddp zero3; do
+  head -c 20 "$bad" >"$bad_test"
+  run=(--set run.name=eval-$strategy --set train.epochs=2)
+  [ $strategy = ddp ] || run+=(--set dist.strategy=zero --set dist.zero.stage=3)
+  timeout 90 "$source/scripts/mpirun.sh" --oversubscribe -np 2 "$trainer" "${args[@]}" \
+    "${run[@]}" >"$tmp/eval" 2>&1
+  code=$?
+  cat "$tmp/eval"
+  [ "$code" -ne 124 ] || fail "$strategy: the run with a damaged test image still ran after 90 s"
+  [ "$code" -eq 2 ] || fail "$strategy, damaged test image: exit code $code, expected 2"
+  [ "$(grep -c "^error:" "$tmp/eval")" -eq 1 ] || fail "$strategy, damaged test image: not one error line"
+  grep -qE "^error: rank [01]: $bad_test: .*\(the training up to step 2 is checkpointed\)$" \
+    "$tmp/eval" || fail "$strategy: no line naming $bad_test and the checkpoint of step 2"
+  [ -f "$tmp/runs/eval-$strategy/checkpoints/step_00000002/DONE" ] || fail "$strategy: no checkpoint of the epoch"
+  ! grep -qE "MPI_ABORT|help message" "$tmp/eval" || fail "$strategy: Open MPI's abort banner after the line"
+  png "$bad_test"
+  timeout 90 "$source/scripts/mpirun.sh" --oversubscribe -np 2 "$trainer" "${args[@]}" \
+    "${run[@]}" --resume >"$tmp/resumed" 2>&1 \
+    || { cat "$tmp/resumed"; fail "$strategy: the run did not resume once the image was replaced"; }
+  grep -q "resumed from .*step_00000002 at step 2" "$tmp/resumed" \
+    || { cat "$tmp/resumed"; fail "$strategy: not resumed from the epoch's checkpoint"; }
+  echo "ok: $strategy: a damaged test image ended the run with the epoch checkpointed, and it resumed"
+done
