@@ -70,6 +70,9 @@ void run_agreed(const std::function<void()>& part, const std::string& dir, const
   std::exception_ptr failed;
   try {
     part();
+  } catch (const fs::filesystem_error& e) {  // a read-only or full file system
+    failed = std::make_exception_ptr(
+        UserError(fmt::format("{}: cannot {} it: {}", dir, what, e.code().message())));
   } catch (...) {
     failed = std::current_exception();
   }
@@ -93,6 +96,11 @@ std::string state_text(const CheckpointInfo& info) {
                     {"train_seconds", info.train_seconds}};
   if (std::isfinite(info.test_accuracy)) state.insert("test_accuracy", info.test_accuracy);
   if (std::isfinite(info.test_loss)) state.insert("test_loss", info.test_loss);
+  if (info.interval_first_step < info.step) {
+    state.insert("interval_first_step", info.interval_first_step);
+    state.insert("interval_loss_sum", info.interval_loss_sum);
+    state.insert("interval_skipped", info.interval_skipped);
+  }
   std::ostringstream text;
   text << state << '\n';
   return text.str();
@@ -111,6 +119,18 @@ bool all_finite(const dist::NamedTensors& state) {
 }
 
 Checkpointer::Checkpointer(std::string dir, int64_t keep) : dir_(std::move(dir)), keep_(keep) {}
+
+void Checkpointer::check_writable() const {
+  const fs::path dir = fs::is_directory(dir_) ? fs::path(dir_) : fs::path(dir_).parent_path();
+  const fs::path probe = dir / ".write_check";
+  std::error_code error;
+  fs::create_directory(probe, error);
+  if (error) {
+    throw UserError(fmt::format("{}: checkpoints cannot be written there: {}", dir.string(),
+                                error.message()));
+  }
+  fs::remove(probe, error);
+}
 
 void Checkpointer::save(const CheckpointInfo& info, const dist::NamedTensors& model_state,
                         dist::Strategy& strategy, const std::string& config_toml, int rank,
@@ -164,6 +184,28 @@ void Checkpointer::remove_partial() const {
   }
 }
 
+void Checkpointer::set_aside_incomplete() const {
+  if (!fs::is_directory(dir_)) return;
+  std::vector<fs::path> incomplete;
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    const std::string name = entry.path().filename().string();
+    if (is_step_dir(entry) && name.find('.') == std::string::npos &&
+        !fs::exists(entry.path() / "DONE")) {
+      incomplete.push_back(entry.path());
+    }
+  }
+  for (const fs::path& path : incomplete) {
+    const std::string aside = path.string() + ".unloadable";
+    std::error_code error;
+    remove_tree(aside);
+    fs::rename(path, aside, error);
+    log::warn("{}: not a complete checkpoint (no DONE: copied in part, or its marker removed), "
+              "so --resume passes it over; {}",
+              path.string(), error ? "it cannot be set aside: " + error.message()
+                                   : "set aside as " + aside);
+  }
+}
+
 void Checkpointer::set_aside(const std::string& path) const {
   std::error_code error;
   if (!fs::equivalent(fs::path(path).parent_path(), dir_, error)) return;  // another run's
@@ -210,6 +252,13 @@ CheckpointInfo Checkpointer::read_info(const std::string& path) {
   info.train_seconds = state["train_seconds"].value_or(0.0);
   info.test_accuracy = state["test_accuracy"].value_or(info.test_accuracy);
   info.test_loss = state["test_loss"].value_or(info.test_loss);
+  info.interval_first_step = state["interval_first_step"].value_or(info.step);
+  info.interval_loss_sum = state["interval_loss_sum"].value_or(0.0);
+  info.interval_skipped = state["interval_skipped"].value_or(int64_t{0});
+  if (info.interval_first_step < 0 || info.interval_first_step > info.step ||
+      info.interval_skipped < 0 || info.interval_skipped > info.step - info.interval_first_step) {
+    throw UserError(fmt::format("{}: interval_first_step or interval_skipped out of range", file));
+  }
   return info;
 }
 

@@ -42,6 +42,13 @@ struct CheckpointInfo {
   // The newest evaluation up to `step`; NaN when there was none.
   double test_accuracy = std::numeric_limits<double>::quiet_NaN();
   double test_loss = std::numeric_limits<double>::quiet_NaN();
+  // The logging interval (run.log_every) that `step` falls inside: its first step, its
+  // training losses summed so far (the workers' mean) and its steps skipped for a NaN loss, so
+  // that a resumed run logs the interval's loss as an uninterrupted one would.
+  // interval_first_step == step where the interval was just logged (and in older checkpoints).
+  int64_t interval_first_step = 0;
+  double interval_loss_sum = 0.0;
+  int64_t interval_skipped = 0;
 };
 
 // Whether every floating tensor of `state` is finite (one host sync): the trainer checkpoints
@@ -63,12 +70,20 @@ class Checkpointer {
   void save(const CheckpointInfo& info, const dist::NamedTensors& model_state,
             dist::Strategy& strategy, const std::string& config_toml, int rank,
             const AllAgree& all_agree) const;
+  // Throws UserError unless checkpoints can be written into the directory (a probe directory
+  // made and removed there, or in the run directory where none exists yet): a read-only mount
+  // is found before the first step, not at the first checkpoint. Rank 0.
+  void check_writable() const;
   // The complete checkpoint directories in `dir`, newest first.
   std::vector<std::string> complete() const;
   // The newest complete checkpoint directory in `dir`, if any.
   std::optional<std::string> latest() const;
   // Deletes what interrupted saves left behind (step_*.tmp directories). Rank 0.
   void remove_partial() const;
+  // Renames each step_N directory without its DONE (not one an interrupted save left: those
+  // end in .tmp) to step_N.unloadable with a warning, so that a later save at that step does
+  // not replace it unannounced. Rank 0.
+  void set_aside_incomplete() const;
   // Renames the complete checkpoint `path` of this directory, one that does not load, to
   // `path`.unloadable: kept for a look, but no longer offered to --resume or counted by
   // keep_checkpoints, which would otherwise delete the older checkpoint the run resumed from

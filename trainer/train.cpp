@@ -98,7 +98,10 @@ class Trainer {
 
   // Every rank: continues from the first checkpoint of `from` that loads on every rank.
   void resume(const ResumeFrom& from) {
-    if (s_.world.rank == 0) checkpointer_.remove_partial();
+    if (s_.world.rank == 0) {
+      checkpointer_.remove_partial();
+      checkpointer_.set_aside_incomplete();
+    }
     const std::optional<Resumed> resumed = load_first_loadable(from, *s_.strategy, s_.device);
     if (!resumed) {
       log::info("--resume: no complete checkpoint in {}; starting from step 0", from.where);
@@ -115,7 +118,11 @@ class Trainer {
       warn_resume_changes(*resumed, {config_, s_.strategy->data_group().size, s_.images_per_step,
                                      s_.steps_per_epoch, s_.total_steps});
     }
-    step_ = interval_first_step_ = last_checkpoint_step_ = info.step;
+    step_ = timed_first_step_ = last_checkpoint_step_ = info.step;
+    // The logging interval goes on where the checkpoint was taken inside it.
+    interval_first_step_ = info.interval_first_step;
+    loss_sum_.fill_(info.interval_loss_sum);
+    nonfinite_in_interval_ = restored_skipped_ = info.interval_skipped;
     train_seconds_before_ = info.train_seconds;
     last_eval_ = {info.test_loss, info.test_accuracy};
     metrics_.resume_at(step_);
@@ -276,6 +283,9 @@ class Trainer {
   // [summed loss, SIGINT, SIGTERM, SIGUSR1 seen], averaged over the data group.
   void report_step(int64_t epoch) {
     const int64_t steps = step_ - interval_first_step_ - nonfinite_in_interval_;
+    // This session's part of the interval, which its clock timed.
+    const int64_t timed_steps =
+        step_ - timed_first_step_ - (nonfinite_in_interval_ - restored_skipped_);
     const std::vector<int>& signals = stop_signals();
     for (size_t i = 0; i < signals.size(); ++i) {
       if (StopSignals::received() == signals[i]) report_[static_cast<int64_t>(i) + 1].fill_(1.0);
@@ -303,16 +313,16 @@ class Trainer {
     // The global batch less the shares of workers lost since the start (tolerate_worker_loss).
     const int64_t images_per_step =
         s_.images_per_step / s_.strategy->data_group().size * s_.strategy->ranks_training();
-    const double img_per_s = static_cast<double>(steps * images_per_step) / seconds;
+    const double img_per_s = static_cast<double>(timed_steps * images_per_step) / seconds;
     const double lr = s_.schedule->lr_at(step_ - 1);
     progress_.step({step_, s_.total_steps, epoch, loss, lr, img_per_s,
-                    seconds / steps * static_cast<double>(s_.total_steps - step_)});
+                    seconds / timed_steps * static_cast<double>(s_.total_steps - step_)});
     MetricFields fields = {{"epoch", static_cast<double>(epoch)},
                            {"loss/train", loss},
                            {"lr", lr},
                            {"throughput/img_per_s", img_per_s},
-                           {"time/step_ms", 1e3 * seconds / steps}};
-    for (auto& field : input_meter_.fields(*s_.train_loader, steps, seconds)) {
+                           {"time/step_ms", 1e3 * seconds / timed_steps}};
+    for (auto& field : input_meter_.fields(*s_.train_loader, timed_steps, seconds)) {
       fields.push_back(std::move(field));
     }
     // The strategy's figures of the interval's last step (reading them may wait for the
@@ -330,8 +340,8 @@ class Trainer {
     }
     metrics_.write("step", step_, fields);
     report_.zero_();
-    interval_first_step_ = step_;
-    nonfinite_in_interval_ = 0;
+    interval_first_step_ = timed_first_step_ = step_;
+    nonfinite_in_interval_ = restored_skipped_ = 0;
     start_interval();
   }
 
@@ -441,7 +451,13 @@ class Trainer {
           diverged_hint(config_)));
     }
     last_checkpoint_step_ = step_;
-    checkpointer_.save(checkpoint_info(), model_state, *s_.strategy, to_toml(config_),
+    CheckpointInfo info = checkpoint_info();
+    if (interval_first_step_ < step_) {  // the interval's losses so far, as report_step reduces them
+      torch::Tensor loss_sum = loss_sum_.to(torch::kFloat64);
+      s_.strategy->reduce_metrics(loss_sum, dist::ReduceOp::kAverage);
+      info.interval_loss_sum = to_host(loss_sum).item<double>();
+    }
+    checkpointer_.save(info, model_state, *s_.strategy, to_toml(config_),
                        s_.world.rank, [this](bool ok) { return all_workers(ok); });
   }
 
@@ -468,6 +484,8 @@ class Trainer {
     info.train_seconds = train_seconds_before_ + seconds_since(session_start_);
     info.test_accuracy = last_eval_.accuracy;
     info.test_loss = last_eval_.loss;
+    info.interval_first_step = interval_first_step_;
+    info.interval_skipped = nonfinite_in_interval_;
     return info;
   }
 
@@ -506,7 +524,9 @@ class Trainer {
   torch::Tensor step_loss_;  // [] float32 on the device: this step's summed micro-step losses
   int64_t step_ = 0;
   int64_t interval_first_step_ = 0;
+  int64_t timed_first_step_ = 0;       // interval_first_step_, or the step resumed from
   int64_t nonfinite_in_interval_ = 0;  // skipped for a NaN/Inf loss: not in the logged loss
+  int64_t restored_skipped_ = 0;       // of those, the ones before the step resumed from
   int64_t overflow_skipped_ = 0;   // fp16: steps whose gradients overflowed
   int64_t nonfinite_skipped_ = 0;  // train.nonfinite = "skip": steps with a NaN/Inf loss
   int64_t last_checkpoint_step_ = 0;
@@ -624,6 +644,9 @@ RunResult run_training(const Config& config, const RunFlags& flags) {
   try {
     trainer.emplace(config, std::move(setup));
     if (resume_from_checkpoints) trainer->resume(*resume_from_checkpoints);
+    if (rank == 0 && config.train.keep_checkpoints > 0) {
+      Checkpointer(run_dir + "/checkpoints", config.train.keep_checkpoints).check_writable();
+    }
   } catch (...) {
     // A run refused before its first step (a checkpoint that does not load, or that is past
     // this run's end) leaves no run behind, so the corrected command may take the same name.

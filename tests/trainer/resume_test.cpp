@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 
 #include <unistd.h>
 
@@ -227,8 +228,46 @@ TEST_CASE("--resume takes a run directory and continues its newest checkpoint", 
   CHECK(branch.test_accuracy == straight().result.test_accuracy);
   CHECK(fs::exists(kRoot / "by_dir" / "branch" / "metrics.jsonl"));
 
-  CHECK_THAT(error_of(small_run(kRoot / "by_dir", "0", "other"), resume_flags("/nonexistent")),
-             Catch::Contains("neither a complete checkpoint"));
+  CHECK(error_of(small_run(kRoot / "by_dir", "0", "other"), resume_flags("/nonexistent")) ==
+        "--resume /nonexistent: no such file or directory");
+}
+
+// loss/train of every step record.
+std::map<int64_t, double> logged_losses(const fs::path& run) {
+  std::map<int64_t, double> losses;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto record = nlohmann::json::parse(line);
+    if (record["kind"] == "step") losses[record["step"]] = record["loss/train"];
+  }
+  return losses;
+}
+
+TEST_CASE("a run resumed inside a logging interval logs its loss as the straight run did",
+          "[resume]") {
+  if (!have_fashion_mnist()) return;
+  // Logged at 4, 8, 12; checkpointed at 6, inside the second interval.
+  dtrain::trainer::Config config = small_run(kRoot / "interval_straight");
+  config.run.log_every = 4;
+  run_training(config, {});
+  const fs::path straight_run = kRoot / "interval_straight" / "resume";
+  const fs::path run = kRoot / "interval_resumed" / "resume";
+  fs::create_directories(run / "checkpoints");
+  fs::copy(straight_run / "checkpoints" / "step_00000006", run / "checkpoints" / "step_00000006",
+           fs::copy_options::recursive);
+  // A checkpoint without its DONE: set aside, not replaced unannounced.
+  fs::create_directories(run / "checkpoints" / "step_00000009");
+  config.run.out_dir = (kRoot / "interval_resumed").string();
+  run_training(config, resume_flags());
+  CHECK(fs::exists(run / "checkpoints" / "step_00000009.unloadable"));
+
+  const auto straight_losses = logged_losses(straight_run);
+  const auto resumed_losses = logged_losses(run);
+  REQUIRE(resumed_losses.size() == 2);  // steps 8 and 12
+  for (const auto& [step, loss] : resumed_losses) {
+    INFO("step " << step);
+    CHECK(loss == Approx(straight_losses.at(step)).epsilon(1e-6));
+  }
 }
 
 TEST_CASE("an interrupted checkpoint write leaves the last complete one in place", "[resume]") {
