@@ -84,6 +84,12 @@ std::string batch_change(const RunShape& saved, const RunShape& now) {
       saved.steps_per_epoch);
 }
 
+// The samples BatchNorm normalises over in training: a micro-batch, every rank's with
+// model.sync_batchnorm.
+int64_t batchnorm_batch(const RunShape& shape) {
+  return shape.config.data.batch_size * (shape.config.model.sync_batchnorm ? shape.world_size : 1);
+}
+
 // The shape of the run that wrote `checkpoint`.
 std::optional<RunShape> saved_shape(const std::string& checkpoint, const CheckpointInfo& info) {
   if (info.global_batch <= 0 || info.steps_per_epoch <= 0) return std::nullopt;
@@ -138,14 +144,16 @@ std::vector<std::string> resume_changes(const RunShape& saved, const RunShape& n
   std::vector<std::string> changes;
   if (saved.global_batch != now.global_batch) {
     changes.push_back(batch_change(saved, now));
-  } else if (saved.world_size != now.world_size) {
+  } else if (batchnorm_batch(saved) != batchnorm_batch(now)) {
     changes.push_back(fmt::format(
-        "{} -> {} rank(s) with the same global batch {}: the data order continues, but each "
-        "rank's batch, over which BatchNorm takes its statistics (unless model.sync_batchnorm), "
-        "is {} samples instead of {}",
-        saved.world_size, now.world_size, now.global_batch,
-        now.global_batch / std::max<int64_t>(1, now.world_size),
-        saved.global_batch / std::max<int64_t>(1, saved.world_size)));
+        "{} -> {} rank(s) x data.batch_size {} -> {} x train.grad_accum {} -> {} with the same "
+        "global batch {}: the data order continues, but BatchNorm takes its statistics over {} "
+        "samples instead of {} ({})",
+        saved.world_size, now.world_size, saved.config.data.batch_size,
+        now.config.data.batch_size, saved.config.train.grad_accum, now.config.train.grad_accum,
+        now.global_batch, batchnorm_batch(now), batchnorm_batch(saved),
+        now.config.model.sync_batchnorm ? "model.sync_batchnorm: every rank's micro-batch"
+                                        : "each rank's micro-batch"));
   }
   std::vector<std::string> causes = schedule_key_changes(saved.config, now.config);
   if (saved.total_steps != now.total_steps) {

@@ -94,6 +94,13 @@ TEST_CASE("--resume offers a checkpoint, or a run's checkpoints newest first", "
   const auto one = dtrain::trainer::resume_from("elsewhere", newest_first[1]);
   CHECK(one.checkpoints == std::vector<std::string>{newest_first[1]});
   CHECK_FALSE(one.fall_back);
+  // Its checkpoints/ folder stands for the run.
+  for (const std::string& folder : {(run / "checkpoints").string(), (run / "checkpoints/").string()}) {
+    CHECK(dtrain::trainer::resume_from("elsewhere", folder).checkpoints == newest_first);
+  }
+  CHECK_THROWS_WITH(dtrain::trainer::resume_from("elsewhere", (run / "missing").string()),
+                    "--resume " + (run / "missing").string() + ": no such file or directory");
+  fs::create_directories(run / "nothing");
   CHECK_THROWS_WITH(dtrain::trainer::resume_from("elsewhere", (run / "nothing").string()),
                     Catch::Contains("neither a complete checkpoint (no DONE) nor a run"));
 
@@ -130,7 +137,24 @@ TEST_CASE("resuming says what a changed world, batch or schedule changes", "[run
   const auto same_batch = dtrain::trainer::resume_changes(
       saved, shape({"data.batch_size=32"}, 4, 128, 468, 2340), 1000);
   REQUIRE(same_batch.size() == 1);
-  CHECK_THAT(same_batch[0], Catch::StartsWith("2 -> 4 rank(s) with the same global batch 128"));
+  CHECK(same_batch[0] ==
+        "2 -> 4 rank(s) x data.batch_size 64 -> 32 x train.grad_accum 1 -> 1 with the same "
+        "global batch 128: the data order continues, but BatchNorm takes its statistics over 32 "
+        "samples instead of 64 (each rank's micro-batch)");
+  // One rank of 64 accumulating two micro-batches: BatchNorm sees 64 samples, as before.
+  CHECK(dtrain::trainer::resume_changes(
+            saved, shape({"data.batch_size=64", "train.grad_accum=2"}, 1, 128, 468, 2340), 1000)
+            .empty());
+  // The same ranks, the micro-batch split differently: BatchNorm's batch halves.
+  const auto split = dtrain::trainer::resume_changes(
+      saved, shape({"data.batch_size=32", "train.grad_accum=2"}, 2, 128, 468, 2340), 1000);
+  REQUIRE(split.size() == 1);
+  CHECK_THAT(split[0], Catch::Contains("over 32 samples instead of 64"));
+  // Synchronised BatchNorm normalises over every rank's micro-batch: 4 x 32 = 2 x 64.
+  CHECK(dtrain::trainer::resume_changes(
+            shape({"data.batch_size=64", "model.sync_batchnorm=true"}, 2, 128, 468, 2340),
+            shape({"data.batch_size=32", "model.sync_batchnorm=true"}, 4, 128, 468, 2340), 1000)
+            .empty());
 
   // Four ranks of 64: the global batch doubles, epochs halve, the cosine follows.
   const auto doubled = dtrain::trainer::resume_changes(
