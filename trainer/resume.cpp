@@ -90,6 +90,23 @@ int64_t batchnorm_batch(const RunShape& shape) {
   return shape.config.data.batch_size * (shape.config.model.sync_batchnorm ? shape.world_size : 1);
 }
 
+// The optimizer's state of one optim.name does not load into another's (LibTorch asserts).
+void check_same_optimizer(const std::string& checkpoint, const Config& now) {
+  const std::string file = (std::filesystem::path(checkpoint) / "config.toml").string();
+  std::string saved;
+  try {
+    std::vector<std::string> warnings;
+    saved = load_config(file, {}, warnings).optim.name;
+  } catch (const std::exception&) {
+    return;  // saved_shape() says so; the load itself decides
+  }
+  if (saved == now.optim.name) return;
+  throw UserError(fmt::format(
+      "{}: holds the optimizer state of optim.name = \"{}\", which optim.name = \"{}\" cannot "
+      "continue; resume with optim.name = \"{}\"",
+      checkpoint, saved, now.optim.name, saved));
+}
+
 // The shape of the run that wrote `checkpoint`.
 std::optional<RunShape> saved_shape(const std::string& checkpoint, const CheckpointInfo& info) {
   if (info.global_batch <= 0 || info.steps_per_epoch <= 0) return std::nullopt;
@@ -111,8 +128,9 @@ std::optional<RunShape> saved_shape(const std::string& checkpoint, const Checkpo
 
 }  // namespace
 
-std::optional<Resumed> load_first_loadable(const ResumeFrom& from, dist::Strategy& strategy,
-                                           torch::Device device) {
+std::optional<Resumed> load_first_loadable(const ResumeFrom& from, const Config& config,
+                                           dist::Strategy& strategy, torch::Device device) {
+  if (!from.checkpoints.empty()) check_same_optimizer(from.checkpoints.front(), config);
   std::string newest_error;
   for (const std::string& path : from.checkpoints) {
     std::string error;

@@ -23,9 +23,11 @@ struct Resumed {
 // Loads the first of `from.checkpoints` that loads on every rank of the strategy's data group.
 // Collective: one sum of a [ranks] tensor on `device` per checkpoint tried, so that all ranks
 // take the same one. Without `from.fall_back`, or when none loads, throws UserError naming the
-// file. Nothing when `from` offers no checkpoint.
-std::optional<Resumed> load_first_loadable(const ResumeFrom& from, dist::Strategy& strategy,
-                                           torch::Device device);
+// file. Nothing when `from` offers no checkpoint. A checkpoint of another optimizer (the
+// optim.name of its config.toml, when that loads) is refused in one line, before any loads:
+// its state is not this optimizer's.
+std::optional<Resumed> load_first_loadable(const ResumeFrom& from, const Config& config,
+                                           dist::Strategy& strategy, torch::Device device);
 
 // A run's shape, as far as resuming compares two runs.
 struct RunShape {

@@ -102,7 +102,7 @@ class Trainer {
       checkpointer_.remove_partial();
       checkpointer_.set_aside_incomplete();
     }
-    const std::optional<Resumed> resumed = load_first_loadable(from, *s_.strategy, s_.device);
+    const std::optional<Resumed> resumed = load_first_loadable(from, config_, *s_.strategy, s_.device);
     if (!resumed) {
       log::info("--resume: no complete checkpoint in {}; starting from step 0", from.where);
       metrics_.resume_at(0);

@@ -232,6 +232,18 @@ TEST_CASE("--resume takes a run directory and continues its newest checkpoint", 
         "--resume /nonexistent: no such file or directory");
 }
 
+TEST_CASE("a checkpoint of another optimizer is refused in one line", "[resume]") {
+  if (!have_fashion_mnist()) return;
+  const fs::path run = copy_of_straight("other_optimizer");
+  dtrain::trainer::Config config = small_run(kRoot / "other_optimizer");
+  config.optim.name = "adamw";
+  config.train.max_steps = 18;
+  CHECK(error_of(config, resume_flags()) ==
+        (run / "checkpoints" / "step_00000012").string() +
+            ": holds the optimizer state of optim.name = \"sgd\", which optim.name = \"adamw\" "
+            "cannot continue; resume with optim.name = \"sgd\"");
+}
+
 // loss/train of every step record.
 std::map<int64_t, double> logged_losses(const fs::path& run) {
   std::map<int64_t, double> losses;
