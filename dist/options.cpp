@@ -210,7 +210,7 @@ void DistOptions::declare(OptionSpecs& keys) {
            "parallel, optimizer state sharded over the ranks, at dist.zero.stage = 2 the "
            "gradients too, at 3 the parameters too) or ps (parameter server)");
   keys.add("timeout_s", &timeout_s,
-           "bound on any collective; a rank that never joins ends the job")
+           "bound on MPI's start-up and on any collective; a rank that never joins ends the job")
       .range(1.0, 86400.0);
   keys.add_section("ddp", ddp);
   keys.add_section("zero", zero);

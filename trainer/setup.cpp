@@ -206,7 +206,7 @@ RunSetup build_run(const Config& config) {
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", /*overwrite=*/0);
   }
   RunSetup setup;
-  setup.world = dist::init_world();
+  setup.world = dist::init_world_within(config.dist.timeout_s);
   log::configure(setup.world.rank, log::Level::kInfo);
   // The CPU world: agreement checks now, the gradients of CPU ranks later.
   std::shared_ptr<dist::Communicator> control = dist::make_mpi_world(config.dist.timeout_s);

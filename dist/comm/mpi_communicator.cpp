@@ -13,11 +13,13 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 namespace dtrain::dist {
@@ -361,6 +363,52 @@ WorldInfo init_world() {
     return info;
   }();
   return world;
+}
+
+namespace {
+
+// This process's rank as the launcher set it, before MPI can say: "?" where none did.
+std::string launched_rank_text() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (const char* value = std::getenv(name)) return value;
+  }
+  return "?";
+}
+
+}  // namespace
+
+WorldInfo init_world_within(double timeout_s) {
+  std::mutex mutex;
+  std::condition_variable started;
+  bool done = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (started.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return done; })) {
+      return;
+    }
+    std::fprintf(stderr,
+                 "error: rank %s: MPI's start-up did not complete within %g s (dist.timeout_s): "
+                 "a rank did not start, or stopped while starting\n",
+                 launched_rank_text().c_str(), timeout_s);
+    std::fflush(stderr);
+    std::_Exit(3);
+  });
+  const auto finish = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      done = true;
+    }
+    started.notify_one();
+    watchdog.join();
+  };
+  try {
+    const WorldInfo world = init_world();
+    finish();
+    return world;
+  } catch (...) {
+    finish();
+    throw;
+  }
 }
 
 std::optional<WorldInfo> started_world() {

@@ -26,6 +26,11 @@ struct WorldInfo {
 // Works without mpirun too, as a world of one. Asks for MPI_THREAD_MULTIPLE (communicator.h
 // says what a lesser grant rules out).
 WorldInfo init_world();
+// init_world(), bounded: where it has not returned after `timeout_s` seconds, this rank prints
+// one line and exits with code 3. MPI's start-up waits for every rank without a bound of its
+// own, so a rank that never arrives (stopped, or killed where mpirun --enable-recovery keeps
+// the others alive) would leave the others waiting for ever.
+WorldInfo init_world_within(double timeout_s);
 
 // The world's layout if init_world() has run and MPI is not yet finalised, else nothing. Never
 // starts MPI: for error paths.
