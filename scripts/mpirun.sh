@@ -16,8 +16,12 @@
 # signal stops them all, and the trainer takes a repeated SIGUSR1 as one (mpirun is sent it too
 # only when some ranks run elsewhere). The signal this script got is written into
 # $DTRAIN_STOP_SIGNAL_FILE, so that the trainer reports it and exits as for it; the trainer's
-# resume line names this script ($DTRAIN_LAUNCHER). A second signal stops the job at once.
-# mpirun stays this script's child, so a killer of process trees ends it.
+# resume line names this script ($DTRAIN_LAUNCHER). After the first signal a SIGUSR1 changes
+# nothing, and a SIGINT, SIGTERM or SIGHUP (as SIGTERM) goes to the local ranks as it is: the
+# trainer then ends the job at once, not waiting for the stop's checkpoint, with one line naming
+# the newest checkpoint and exit code 130 or 143 (mpirun itself is never sent SIGTERM: it kills
+# the ranks and, while finishing, may crash on it). mpirun stays this script's child, so a
+# killer of process trees ends it.
 if [ "$(id -u)" = 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
@@ -60,7 +64,7 @@ local_ranks() {
     value=
     while read -r key value; do [ "$key" = PPid: ] && break; done 2>/dev/null <"$dir/status"
     [ "$value" = "$pid" ] || continue
-    tr '\0' '\n' <"$dir/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=' &&
+    tr '\0' '\n' 2>/dev/null <"$dir/environ" | grep -q '^OMPI_COMM_WORLD_RANK=' &&
       echo "${dir#/proc/}"
   done
 }
@@ -87,7 +91,7 @@ ready_local_ranks() {
   done
   echo $here
 }
-received= forced=
+received= forced= elsewhere=
 forward() {  # SIGNAL_NUMBER
   if [ -z "$received" ]; then
     received=$1
@@ -96,13 +100,25 @@ forward() {  # SIGNAL_NUMBER
     here=$(ready_local_ranks)
     # mpirun forwards it to every rank, and says so on the terminal: only for ranks elsewhere.
     if ! [[ "$ranks" =~ ^[0-9]+$ ]] || [ "$(echo $here | wc -w)" -lt "$ranks" ]; then
+      elsewhere=1
       catches_usr1 "$pid" && kill -USR1 "$pid" 2>/dev/null
     fi
     [ -n "$here" ] && kill -USR1 $here 2>/dev/null
-  else
+  elif [ "$1" != 10 ] && [ -z "$forced" ]; then
     forced=1
+    end_at_once "$([ "$1" = 2 ] && echo INT || echo TERM)"
+  fi
+}
+# SIGINT or SIGTERM to the ranks on this machine, which end the job at once (one rank's end
+# ends them all). Only where none runs here is mpirun sent SIGTERM, to kill the ranks elsewhere;
+# none left here and none elsewhere: the job is ending already.
+end_at_once() {  # SIGNAL_NAME
+  local here
+  here=$(local_ranks)
+  if [ -n "$here" ]; then
+    kill -"$1" $here 2>/dev/null
+  elif [ -n "$elsewhere" ]; then
     kill -TERM "$pid" 2>/dev/null
-    kill -KILL $(local_ranks) 2>/dev/null
   fi
 }
 trap 'forward 1' HUP  # the terminal went away: mpirun, in its own session, would not know
@@ -128,8 +144,8 @@ if [ -n "${DTRAIN_EXIT_CODES:-}" ]; then
 fi
 rm -f "$DTRAIN_STOP_SIGNAL_FILE"
 # 138: the ranks stopped on the SIGUSR1 this script sent for another signal (ranks elsewhere
-# cannot read the file that names it); forced: killed on the second signal.
-if [ -n "$received" ] && { [ "$code" -eq 138 ] || [ -n "$forced" ]; }; then
+# cannot read the file that names it).
+if [ -n "$received" ] && [ "$code" -eq 138 ]; then
   exit $((128 + received))
 fi
 exit "$code"

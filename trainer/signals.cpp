@@ -8,6 +8,9 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <utility>
+
+#include <semaphore.h>
 
 namespace dtrain::trainer {
 
@@ -17,11 +20,21 @@ constexpr int kSignals[] = {SIGINT, SIGTERM, SIGUSR1};
 constexpr int kNumSignals = sizeof(kSignals) / sizeof(kSignals[0]);
 
 std::atomic<int> g_received{0};
+std::atomic<int> g_second{0};  // the SIGINT or SIGTERM after the first signal, or 0
+std::atomic<bool> g_quit{false};  // StopSignals' waiter is to return
 static_assert(std::atomic<int>::is_always_lock_free, "a handler may touch only lock-free atomics");
+sem_t g_wake;  // posted for the waiter: sem_post is async-signal-safe, a condition variable not
 
 extern "C" void record_signal(int signal) {
   int none = 0;
-  g_received.compare_exchange_strong(none, signal);
+  if (g_received.compare_exchange_strong(none, signal) || signal == SIGUSR1) return;
+  none = 0;
+  if (g_second.compare_exchange_strong(none, signal)) {
+    sem_post(&g_wake);
+  } else {  // a third: what the waiter runs may be stuck
+    std::signal(signal, SIG_DFL);
+    std::raise(signal);
+  }
 }
 
 struct sigaction g_previous[kNumSignals];
@@ -43,29 +56,38 @@ void install(struct sigaction* previous) {
   action.sa_handler = record_signal;
   sigemptyset(&action.sa_mask);
   // SA_RESTART: system calls the signal interrupts (reads, MPI's polls) resume instead of
-  // failing with EINTR. SA_RESETHAND: a second SIGINT or SIGTERM ends the process. Not so a
-  // second SIGUSR1, which asks for nothing more: scripts/mpirun.sh sends it to the ranks of
-  // its machine itself as well as through mpirun, which does not always pass it on.
+  // failing with EINTR.
+  action.sa_flags = SA_RESTART;
   for (int i = 0; i < kNumSignals; ++i) {
-    action.sa_flags = SA_RESTART | (kSignals[i] == SIGUSR1 ? 0 : SA_RESETHAND);
     sigaction(kSignals[i], &action, previous ? &previous[i] : nullptr);
   }
 }
 
 }  // namespace
 
-StopSignals::StopSignals() {
+StopSignals::StopSignals(EndAtOnce end_at_once) : end_at_once_(std::move(end_at_once)) {
   g_received = 0;
+  g_second = 0;
+  g_quit = false;
+  sem_init(&g_wake, 0, 0);
+  waiter_ = std::thread([this] { wait_for_second(); });
   install(g_previous);
 }
 
-void StopSignals::reinstall() const {
-  // A second SIGINT or SIGTERM already taken keeps its default action (SA_RESETHAND).
-  if (received() == 0) install(nullptr);
-}
+void StopSignals::reinstall() const { install(nullptr); }
 
 StopSignals::~StopSignals() {
   for (int i = 0; i < kNumSignals; ++i) sigaction(kSignals[i], &g_previous[i], nullptr);
+  g_quit = true;
+  sem_post(&g_wake);
+  waiter_.join();
+  sem_destroy(&g_wake);
+}
+
+void StopSignals::wait_for_second() {
+  while (sem_wait(&g_wake) != 0) {
+  }  // EINTR: a signal handled on this thread
+  if (!g_quit) end_at_once_(g_second.load());
 }
 
 int StopSignals::received() { return g_received.load(); }

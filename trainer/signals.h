@@ -6,19 +6,27 @@
 //      the stop comes at most run.log_every steps after the signal.
 //   3. Every rank checkpoints, then waits until rank 0 has written it, and returns
 //      stop_exit_code(signal); rank 0 prints resume_command().
+// A second SIGINT or SIGTERM, after any stop signal, ends the run at once instead: the handler
+// wakes a thread of StopSignals', which runs the `end_at_once` it was given (a handler itself
+// may do next to nothing, and a rank must end the job through MPI to end it quietly).
 #pragma once
 
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace dtrain::trainer {
 
 // Installs the handlers for its lifetime and restores the previous ones after. A handler only
-// records the signal; a second SIGINT or SIGTERM takes the default action (ends the process),
-// so a user who presses Ctrl-C twice is not kept waiting. A second SIGUSR1 changes nothing.
+// records the first signal. A SIGINT or SIGTERM after it calls `end_at_once(signal)` on a
+// thread of its own, which must end the process, so that a user who presses Ctrl-C twice is
+// not kept waiting; a third takes the default action, should that thread be stuck. A SIGUSR1
+// after it changes nothing: scripts/mpirun.sh may send the ranks one twice.
 class StopSignals {
  public:
-  StopSignals();
+  using EndAtOnce = std::function<void(int signal)>;
+  explicit StopSignals(EndAtOnce end_at_once);
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
@@ -30,6 +38,12 @@ class StopSignals {
 
   // The first signal received while installed, or 0.
   static int received();
+
+ private:
+  void wait_for_second();
+
+  EndAtOnce end_at_once_;
+  std::thread waiter_;
 };
 
 // The signals that stop a run, in the order that picks the one the ranks act on when they

@@ -4,6 +4,7 @@
 #include "common/host_wait.h"
 #include "common/log.h"
 #include "dist/comm/communicator.h"
+#include "dist/comm/mpi_communicator.h"
 #include "dist/factory.h"
 #include "trainer/checkpoint.h"
 #include "trainer/config.h"
@@ -29,11 +30,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <optional>
+#include <thread>
 
 namespace dtrain::trainer {
 
@@ -586,6 +589,30 @@ void report_end(const RunResult& result, const Config& config, const RunFlags& f
   }
 }
 
+// A second SIGINT or SIGTERM (StopSignals), on the signal waiter's thread: ends the run where
+// it stands, whatever the main thread is in (a collective; a checkpoint's write, which leaves
+// the previous checkpoint the newest complete one). Rank 0 names the checkpoint to resume
+// from; the others give it 2 s to end the job, so that its line is the one printed. Through
+// MPI, so that the job ends quietly as for a stop (dist::end_world).
+[[noreturn]] void end_at_once(int signal, const Config& config, const RunFlags& flags) {
+  const std::optional<dist::WorldInfo> world = dist::started_world();
+  const int size = world ? world->size : 1;
+  if (!world || world->rank == 0) {
+    const std::optional<std::string> newest =
+        Checkpointer(run_dir_of(config) + "/checkpoints", config.train.keep_checkpoints).latest();
+    log::info("stopped at once by {} (a second stop signal), not waiting for a checkpoint; {}",
+              signal_name(signal),
+              newest ? fmt::format("the newest is {}; resume with: {}", *newest,
+                                   resume_command(flags.command, size))
+                     : std::string("there is none to resume from"));
+  } else {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+  }
+  std::fflush(nullptr);
+  if (size > 1) dist::abort_world(stop_exit_code(signal));
+  std::_Exit(stop_exit_code(signal));
+}
+
 }  // namespace
 
 RunResult run_training(const Config& config, const RunFlags& flags) {
@@ -606,7 +633,9 @@ RunResult run_training(const Config& config, const RunFlags& flags) {
   // to all of them): one during start-up stops the run at its first report, and a server that
   // took the default action would end before the workers' checkpoint had its state.
   std::optional<StopSignals> signals;
-  if (!flags.dry_run) signals.emplace();  // until training (or serving) ends
+  if (!flags.dry_run) {  // until training (or serving) ends
+    signals.emplace([&config, &flags](int signal) { end_at_once(signal, config, flags); });
+  }
   RunSetup setup = build_run(config);
   if (signals) signals->reinstall();
   log::info("{}", describe_run(config, setup));

@@ -6,9 +6,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <sstream>
 
 #include <unistd.h>
@@ -29,17 +32,34 @@ TEST_CASE("the resume command replaces any --resume with a bare one", "[stop]") 
 
 TEST_CASE("a stop signal is recorded, not acted on, and the old handler returns", "[stop]") {
   const auto previous = std::signal(SIGUSR1, SIG_IGN);
+  std::atomic<int> ended{0};
   {
-    const dtrain::trainer::StopSignals signals;
+    const dtrain::trainer::StopSignals signals([&ended](int signal) { ended = signal; });
     CHECK(dtrain::trainer::StopSignals::received() == 0);
     std::raise(SIGUSR1);
     std::raise(SIGUSR1);  // a repeat is harmless: SIGUSR1 may come both from mpirun and its script
-    std::raise(SIGTERM);  // the first one counts
     CHECK(dtrain::trainer::StopSignals::received() == SIGUSR1);
     CHECK(dtrain::trainer::stop_exit_code(SIGUSR1) == 138);
     CHECK(dtrain::trainer::stop_exit_code(SIGTERM) == 143);
   }
+  CHECK(ended == 0);
   CHECK(std::signal(SIGUSR1, previous) == SIG_IGN);
+}
+
+TEST_CASE("a SIGINT or SIGTERM after a stop signal ends the run at once", "[stop]") {
+  for (const int second : {SIGINT, SIGTERM}) {
+    std::promise<int> ended;
+    std::future<int> end = ended.get_future();
+    const dtrain::trainer::StopSignals signals(
+        [&ended](int signal) { ended.set_value(signal); });
+    std::raise(SIGUSR1);
+    std::raise(SIGUSR1);
+    CHECK(end.wait_for(std::chrono::milliseconds(200)) == std::future_status::timeout);
+    std::raise(second);  // on another thread: a handler may do next to nothing
+    REQUIRE(end.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    CHECK(end.get() == second);
+    CHECK(dtrain::trainer::StopSignals::received() == SIGUSR1);  // the first one counts
+  }
 }
 
 TEST_CASE("a diverging run writes no checkpoint of NaN weights", "[stop]") {
