@@ -126,6 +126,7 @@ std::string comparison_table(const dist::DistOptions& options,
                       "parameters", "gradients", "optimizer", "total", "most", "paper");
   for (const dist::MemoryPrediction& each : dist::predict_every_strategy(options, input,
                                                                          world_size)) {
+    // The paper has no figure for a parameter server: "-" in the table, null in the JSON.
     const int stage = paper_stage(each.strategy);
     const double paper =
         stage < 0 ? 0.0
@@ -137,7 +138,8 @@ std::string comparison_table(const dist::DistOptions& options,
                           {"problem", each.problem},
                           {"reports_parameters_and_gradients",
                            each.reports_parameters_and_gradients},
-                          {"paper_total_mb", paper}});
+                          {"paper_total_mb",
+                           stage < 0 ? nlohmann::json() : nlohmann::json(paper)}});
     if (!each.problem.empty()) {
       text += fmt::format("  {:<22} {}\n", each.strategy, each.problem);
       continue;
@@ -266,9 +268,14 @@ void report_memory_plan(const Config& config, int world_size, const std::string&
   text += rank_table(configured);
   const dist::RankPlacement placement = dist::place_ranks(config.dist, world_size);
   if (placement.num_device_ranks < world_size) {
-    text += fmt::format("  rank(s) {}-{} take no data and run on the CPU: all of theirs is in host "
-                        "memory, whatever run.device\n",
-                        placement.num_device_ranks, world_size - 1);
+    const int first = placement.num_device_ranks;
+    text += first == world_size - 1
+                ? fmt::format("  rank {} takes no data and runs on the CPU: all of its memory is "
+                              "host memory, whatever run.device\n",
+                              first)
+                : fmt::format("  ranks {}-{} take no data and run on the CPU: all of theirs is "
+                              "in host memory, whatever run.device\n",
+                              first, world_size - 1);
   }
   nlohmann::json strategies = nlohmann::json::array();
   text += comparison_table(config.dist, input, world_size, strategies);

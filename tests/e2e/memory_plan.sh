@@ -81,7 +81,12 @@ python3 - "$work/ps_dedicated_onebit_np3.json" <<'PY' || fail "a dedicated serve
 import json, sys
 ranks = json.load(open(sys.argv[1]))["ranks"]
 assert ranks[0]["codec_state_mb"] > 0 and ranks[2]["codec_state_mb"] == 0, ranks
+# The paper has no figure for a parameter server: null, as the table's "-".
+rows = json.load(open(sys.argv[1]))["strategies"]
+assert all((r["paper_total_mb"] is None) == r["strategy"].startswith("ps") for r in rows), rows
 PY
+grep -q "^  rank 2 takes no data and runs on the CPU" "$work/ps_dedicated_onebit_np3.dry.log" ||
+  { cat "$work/ps_dedicated_onebit_np3.dry.log"; fail "no 'rank 2 takes no data' line"; }
 # With no ranks started, --world-size still says what the start-up would: the ps plan and
 # the global batch over the ranks that take data (2 workers beside the dedicated server).
 for name in ps_np3 ps_dedicated_np3; do
