@@ -51,9 +51,11 @@ if [ -n "$recovery" ] && [ "$recovery" != 0 ] && [ "$recovery" != false ]; then
   DTRAIN_EXIT_CODES=$(mktemp -d)
   extra+=(-x DTRAIN_EXIT_CODES)
 fi
-export DTRAIN_LAUNCHER=$0 DTRAIN_STOP_SIGNAL_FILE
+# This command line, a word a line, for the trainer's resume line (trainer/signals.h).
+export DTRAIN_LAUNCHER=$0 DTRAIN_STOP_SIGNAL_FILE DTRAIN_LAUNCH_ARGS
+DTRAIN_LAUNCH_ARGS=$(printf '%s\n' "$0" "$@")
 DTRAIN_STOP_SIGNAL_FILE=$(mktemp)
-extra+=(-x DTRAIN_LAUNCHER -x DTRAIN_STOP_SIGNAL_FILE)
+extra+=(-x DTRAIN_LAUNCHER -x DTRAIN_STOP_SIGNAL_FILE -x DTRAIN_LAUNCH_ARGS)
 setsid mpirun "${extra[@]}" "$@" &
 pid=$!
 # The ranks on this machine: mpirun's children whose environment names their rank (not an ssh

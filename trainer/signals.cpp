@@ -2,15 +2,18 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <utility>
 
 #include <semaphore.h>
+#include <unistd.h>
 
 namespace dtrain::trainer {
 
@@ -117,11 +120,42 @@ std::string signal_name(int signal) {
   }
 }
 
-std::string resume_command(const std::vector<std::string>& command, int world_size) {
-  const char* launcher = std::getenv("DTRAIN_LAUNCHER");
-  std::string line =
-      world_size > 1 ? fmt::format("{} -np {}", launcher ? launcher : "mpirun", world_size) : "";
-  for (size_t i = 0; i < command.size(); ++i) {
+std::vector<std::string> launch_command() {
+  std::vector<std::string> words;
+  if (const char* args = std::getenv("DTRAIN_LAUNCH_ARGS")) {
+    std::istringstream lines(args);
+    for (std::string word; std::getline(lines, word);) words.push_back(word);
+    return words;
+  }
+  const std::string parent = fmt::format("/proc/{}", ::getppid());
+  std::ifstream comm(parent + "/comm");
+  std::string name;
+  std::getline(comm, name);
+  if (name != "mpirun" && name != "mpiexec" && name != "orterun" && name != "prterun") return {};
+  std::ifstream cmdline(parent + "/cmdline", std::ios::binary);
+  for (std::string word; std::getline(cmdline, word, '\0');) words.push_back(word);
+  return words;
+}
+
+std::string resume_command(const std::vector<std::string>& command, int world_size,
+                           const std::vector<std::string>& launch) {
+  // The launcher's words before the trainer's arguments, where its command line ends in them.
+  const size_t args = command.empty() ? 0 : command.size() - 1;
+  const bool launched_so = launch.size() > args &&
+                           std::equal(command.begin() + (command.empty() ? 0 : 1), command.end(),
+                                      launch.end() - static_cast<std::ptrdiff_t>(args));
+  std::string line;
+  size_t first = 0;
+  if (launched_so) {
+    for (size_t i = 0; i < launch.size() - args; ++i) {
+      line += (line.empty() ? "" : " ") + shell_quote(launch[i]);
+    }
+    first = 1;  // the launcher's words name the program
+  } else if (world_size > 1) {
+    const char* launcher = std::getenv("DTRAIN_LAUNCHER");
+    line = fmt::format("{} -np {}", launcher ? launcher : "mpirun", world_size);
+  }
+  for (size_t i = first; i < command.size(); ++i) {
     const std::string& arg = command[i];
     if (arg.rfind("--resume=", 0) == 0) continue;
     if (arg == "--resume") {

@@ -59,9 +59,17 @@ int asked_signal(int received);
 int stop_exit_code(int signal);
 std::string signal_name(int signal);
 
+// The command line that launched the ranks, a word each, where it can be known: scripts/
+// mpirun.sh's ($DTRAIN_LAUNCH_ARGS, its own path then its arguments, a line each), else that of
+// the parent process when it is mpirun (mpiexec, orterun, prterun); empty otherwise.
+std::vector<std::string> launch_command();
+
 // The command that continues this run: `command` (the trainer's argv) with any --resume
-// replaced by a bare --resume at the end, prefixed with `LAUNCHER -np N` when N > 1 ranks:
-// $DTRAIN_LAUNCHER (scripts/mpirun.sh names itself there), else mpirun.
-std::string resume_command(const std::vector<std::string>& command, int world_size);
+// replaced by a bare --resume at the end. Where `launch` ends in the trainer's arguments, its
+// words before them lead (the launcher with all its options: --enable-recovery,
+// --oversubscribe, a hostfile); else, with N > 1 ranks, `LAUNCHER -np N`: $DTRAIN_LAUNCHER
+// (scripts/mpirun.sh names itself there), else mpirun.
+std::string resume_command(const std::vector<std::string>& command, int world_size,
+                           const std::vector<std::string>& launch = launch_command());
 
 }  // namespace dtrain::trainer

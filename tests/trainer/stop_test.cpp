@@ -20,14 +20,29 @@ namespace fs = std::filesystem;
 using dtrain::trainer::resume_command;
 
 TEST_CASE("the resume command replaces any --resume with a bare one", "[stop]") {
-  CHECK(resume_command({"build/trainer", "--config", "a.toml"}, 1) ==
+  CHECK(resume_command({"build/trainer", "--config", "a.toml"}, 1, {}) ==
         "build/trainer --config a.toml --resume");
   CHECK(resume_command({"trainer", "--resume", "runs/x/checkpoints/step_6", "--config", "a.toml"},
-                       2) == "mpirun -np 2 trainer --config a.toml --resume");
-  CHECK(resume_command({"trainer", "--resume", "--set", "optim.lr=0.1"}, 1) ==
+                       2, {}) == "mpirun -np 2 trainer --config a.toml --resume");
+  CHECK(resume_command({"trainer", "--resume", "--set", "optim.lr=0.1"}, 1, {}) ==
         "trainer --set optim.lr=0.1 --resume");
-  CHECK(resume_command({"trainer", "--resume=runs/x", "--set", "run.name=it's mine"}, 1) ==
+  CHECK(resume_command({"trainer", "--resume=runs/x", "--set", "run.name=it's mine"}, 1, {}) ==
         "trainer --set 'run.name=it'\\''s mine' --resume");
+}
+
+TEST_CASE("the resume command keeps the launcher's options", "[stop]") {
+  // mpirun's own command line (or scripts/mpirun.sh's) ends in the trainer's arguments.
+  CHECK(resume_command({"/abs/build/trainer", "--config", "a.toml", "--resume"}, 4,
+                       {"scripts/mpirun.sh", "-np", "4", "--enable-recovery", "build/trainer",
+                        "--config", "a.toml", "--resume"}) ==
+        "scripts/mpirun.sh -np 4 --enable-recovery build/trainer --config a.toml --resume");
+  CHECK(resume_command({"trainer", "--config", "a b.toml"}, 2,
+                       {"mpirun", "--oversubscribe", "-np", "2", "-x", "A=1", "trainer",
+                        "--config", "a b.toml"}) ==
+        "mpirun --oversubscribe -np 2 -x A=1 trainer --config 'a b.toml' --resume");
+  // A launch line that does not end in them (another program's): the plain form.
+  CHECK(resume_command({"trainer", "--config", "a.toml"}, 2, {"mpirun", "-np", "2", "other"}) ==
+        "mpirun -np 2 trainer --config a.toml --resume");
 }
 
 TEST_CASE("a stop signal is recorded, not acted on, and the old handler returns", "[stop]") {
