@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 namespace dtrain::dist {
@@ -42,18 +43,24 @@ const char* traffic_name(Traffic traffic) {
   return "?";
 }
 
-// The time the intervals cover together. The gradient traffic after backward counts only while
-// some of it is in flight: a gap before an operation starts (the host launching it, or a
-// progress thread the OS has not yet run) is the host's time, not communication's, so the
-// exposed figure never exceeds the operations' own time.
-double covered_ms(std::vector<std::pair<double, double>> intervals) {
+using Intervals = std::vector<std::pair<double, double>>;
+
+// The time the intervals cover together, overlaps once: operations in flight at once (buckets
+// launched together, a gather beside a reduce-scatter) take the wall time they share, not its
+// multiple, and a gap with nothing in flight (the host launching the next operation, or a
+// progress thread the OS has not yet run) is the host's time, not communication's.
+double covered_ms(Intervals intervals) {
   std::sort(intervals.begin(), intervals.end());
-  double covered = 0.0, reached = 0.0;
+  double covered = 0.0, reached = -std::numeric_limits<double>::infinity();
   for (const auto& [start, end] : intervals) {
     covered += std::max(0.0, end - std::max(start, reached));
     reached = std::max(reached, end);
   }
   return covered;
+}
+
+void add_interval(Intervals& into, double start, double end) {
+  if (end > start) into.emplace_back(start, end);
 }
 
 }  // namespace
@@ -93,24 +100,26 @@ void StepComm::add_in_group(int rank, int ranks, Collective kind, Traffic traffi
   ops_.push_back({kind, traffic, bytes, root, std::move(work), rank, ranks});
 }
 
+const TimePoint* StepComm::reference() const {
+  if (origin_) return origin_.get();
+  for (const Op& op : ops_) {
+    if (op.work) return op.work->started().get();
+  }
+  return waits_.empty() ? nullptr : waits_.front().first.get();
+}
+
 Stats StepComm::stats() const {
-  double bytes = 0.0, sent = 0.0, received = 0.0, ms = 0.0, bulk_ms = 0.0, bus_bytes = 0.0;
-  double blocking_ms = 0.0;
-  std::vector<std::pair<double, double>> gradient_tail;  // in flight after backward, from its end
-  std::vector<std::pair<double, double>> pipelined;      // in flight in this step, from its start
+  double bytes = 0.0, sent = served_sent_, received = served_received_, bus_bytes = 0.0;
+  // On one clock, from reference(): the step's communication in flight (its waits included),
+  // the bandwidth figure's part of it, and the part of it the step waited for.
+  Intervals in_flight, bulk, exposed;
+  const TimePoint* from = reference();
+  const auto at = [from](const TimePoint& when) { return measured_ms(*from, when); };
   bool measured = true;
   for (const Op& op : ops_) {
     measured = measured && (op.work || op.untimed);
-    double op_ms = op.work ? measured_ms(*op.work->started(), *op.work->finished()) : 0.0;
-    if (op.pipelined && op.work && origin_) {
-      const double end = measured_ms(*origin_, *op.work->finished());
-      const double start = std::min(end, measured_ms(*origin_, *op.work->started()));
-      if (end > 0.0) pipelined.emplace_back(std::max(0.0, start), end);
-      op_ms = 0.0;  // counted below, once for the overlapping ones
-    }
     const double payload = static_cast<double>(op.bytes);
     const double n = op.ranks;
-    ms += op_ms;
     switch (op.kind) {
       case Collective::kBroadcast:
         received += op.rank == op.root ? 0.0 : payload;
@@ -126,41 +135,43 @@ Stats StepComm::stats() const {
         sent += payload * ring_factor(op.kind, n);
         received += payload * ring_factor(op.kind, n);
     }
-    if (op.traffic == Traffic::kSmall) {
-      blocking_ms += op_ms;
-      continue;
+    if (op.traffic != Traffic::kSmall) bytes += payload;
+    if (!op.work) continue;  // unmeasured, or bytes moved in no time this step measured
+    const double end = at(*op.work->finished());
+    double start = std::min(end, at(*op.work->started()));
+    // A pipelined operation counts only from the step's start.
+    if (op.pipelined && origin_) start = std::max(0.0, start);
+    add_interval(in_flight, start, end);
+    if (op.traffic != Traffic::kSmall) {
+      bus_bytes += payload * ring_factor(op.kind, n);
+      add_interval(bulk, start, end);
     }
-    bytes += payload;
-    if (op.untimed) continue;  // bytes moved in no time this step measured
-    bus_bytes += payload * ring_factor(op.kind, n);
-    bulk_ms += op_ms;
-    if (op.pipelined) {
-      continue;  // exposed through the strategy's waits only
-    } else if (op.traffic == Traffic::kParameters) {
-      blocking_ms += op_ms;
-    } else if (op.traffic == Traffic::kPrefetched) {
-      // The part of the gather's own time this rank waited for: a gather whose transfer began
-      // only after the wait did (a busy progress thread) is exposed at most whole.
-      blocking_ms += std::clamp(measured_ms(*op.wait_start, *op.work->finished()), 0.0, op_ms);
-    } else if (backward_end_ && op.work) {
-      const double end = measured_ms(*backward_end_, *op.work->finished());
-      if (end > 0.0) {
-        const double start = measured_ms(*backward_end_, *op.work->started());
-        gradient_tail.emplace_back(std::max(0.0, start), end);
-      }
+    if (op.pipelined) continue;  // exposed through the strategy's waits only
+    switch (op.traffic) {
+      case Traffic::kSmall:
+      case Traffic::kParameters: add_interval(exposed, start, end); break;
+      // The part of the gather this rank waited for: a gather whose transfer began only
+      // after the wait did (a busy progress thread) is exposed at most whole.
+      case Traffic::kPrefetched:
+        add_interval(exposed, std::max(start, at(*op.wait_start)), end);
+        break;
+      case Traffic::kGradients:
+        if (backward_end_) add_interval(exposed, std::max(start, at(*backward_end_)), end);
+        break;
     }
   }
-  const double pipelined_ms = covered_ms(std::move(pipelined));
-  ms += pipelined_ms;
-  bulk_ms += pipelined_ms;
-  for (const auto& [start, end] : waits_) blocking_ms += std::max(0.0, measured_ms(*start, *end));
+  for (const auto& [start, end] : waits_) {
+    add_interval(in_flight, at(*start), at(*end));
+    add_interval(exposed, at(*start), at(*end));
+  }
   Stats stats = {{"comm/bytes", bytes},
                  {"comm/sent_bytes", sent},
                  {"comm/recv_bytes", received},
                  {"comm/collectives", static_cast<double>(ops_.size())}};
   if (!measured) return stats;
-  stats.push_back({"comm/ms", ms});
-  stats.push_back({"comm/exposed_ms", covered_ms(std::move(gradient_tail)) + blocking_ms});
+  const double bulk_ms = covered_ms(std::move(bulk));
+  stats.push_back({"comm/ms", covered_ms(std::move(in_flight))});
+  stats.push_back({"comm/exposed_ms", covered_ms(std::move(exposed))});
   stats.push_back(
       {"comm/busbw_gbps", bulk_ms > 0.0 ? bus_bytes / (bulk_ms * 1e-3) / 1e9 : 0.0});
   return stats;

@@ -1,26 +1,37 @@
 // The communication of one step, recorded as the strategy issues it and turned into named
 // stats only when the loop reports (reading a CUDA event's time waits for it). Every
-// strategy reports the same keys, each collective measured by its own formula:
+// strategy reports the same keys, each collective measured by its own formula; they are
+// this rank's (the metrics are rank 0's):
 //   comm/bytes        payload, as nccl-tests sizes it (all-reduce, broadcast, reduce: the
-//                     tensor; reduce-scatter: its input; all-gather: its output)
-//   comm/sent_bytes,  what this rank put on and took off the wire under the ring algorithms
-//   comm/recv_bytes   NCCL and Open MPI use for large messages: all-reduce 2(n-1)/n x payload
-//                     each way, reduce-scatter and all-gather (n-1)/n, a broadcast's chain
-//                     every rank but the root receiving and every rank but the last sending
+//                     tensor; reduce-scatter: its input; all-gather: its output), in bytes
+//   comm/sent_bytes,  bytes that left and reached this rank, in every role it has (a
+//   comm/recv_bytes   colocated server's traffic with the other workers too, add_served).
+//                     A collective counts what the ring algorithms NCCL and Open MPI use for
+//                     large messages move per rank, averaged over the ranks (how the payload
+//                     is cut into pieces is the library's, so a rank's exact share is not
+//                     known): all-reduce 2(n-1)/n x payload each way, reduce-scatter and
+//                     all-gather (n-1)/n, hence fractions; a broadcast's chain every rank but
+//                     the root receiving and every rank but the last sending; point to point
+//                     the message
 //   comm/collectives  operations issued
-//   comm/ms           time the operations ran, summed; a pipelined operation (one that runs
-//                     behind the steps after the one that issued it, the parameter server's
-//                     over collectives) only from the step's start on, and those together
-//                     only while some of them were in flight, so they add at most the step
-//   comm/exposed_ms   communication the step did not hide: the time after backward's end that
-//                     gradient traffic was in flight (not the gaps before an operation starts,
-//                     which are the host's), plus every blocking operation whole, plus what
-//                     was left of a prefetched gather when the rank began to wait for it, plus
-//                     the waits the strategy recorded for its pipelined operations (never
-//                     their own time: they ran while the step computed)
-//   comm/busbw_gbps   bus bandwidth of the gradient and parameter traffic: sum of payload x
-//                     the collective's factor (2(n-1)/n all-reduce, (n-1)/n reduce-scatter
-//                     and all-gather, 1 broadcast, reduce and point-to-point) over comm/ms
+//   comm/ms           wall time in which any of the step's communication was in flight or
+//                     the step waited for it: the union of the operations' intervals and the
+//                     waits (add_wait), so operations that run together count once; a
+//                     pipelined operation (one that runs behind the steps after the one that
+//                     issued it, the parameter server's over collectives) only from the
+//                     step's start on
+//   comm/exposed_ms   wall time the step's compute waited for communication, the union of:
+//                     gradient traffic in flight after backward's end (not the gaps before
+//                     an operation starts, which are the host's), every blocking operation
+//                     whole, what was left of a prefetched gather when the rank began to wait
+//                     for it, and the waits the strategy recorded (a parameter server's for
+//                     its parameters; never its pipelined operations' own time: they ran
+//                     while the step computed). At most comm/ms
+//   comm/busbw_gbps   bus bandwidth in GB/s (1e9 bytes a second), as nccl-tests defines it:
+//                     the sum of the gradient and parameter traffic's payload x the
+//                     collective's factor (2(n-1)/n all-reduce, (n-1)/n reduce-scatter and
+//                     all-gather, 1 broadcast, reduce and point-to-point) over the wall time
+//                     that traffic was in flight (the union of its intervals)
 #pragma once
 
 #include "dist/comm/communicator.h"
@@ -31,6 +42,12 @@
 #include <vector>
 
 namespace dtrain::dist {
+
+// What a rank's server moved during its worker's step: bytes to and from workers on other
+// ranks (a colocated server's own worker exchanges with it in memory).
+struct ServedBytes {
+  int64_t sent = 0, received = 0;
+};
 
 enum class Collective { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kSend, kRecv };
 
@@ -81,6 +98,13 @@ class StepComm {
   void add_wait(std::shared_ptr<const TimePoint> start, std::shared_ptr<const TimePoint> end);
   // The end of the step's (last micro-step's) backward on the communicator's clock.
   void set_backward_end(std::shared_ptr<const TimePoint> when) { backward_end_ = std::move(when); }
+  // Bytes this rank's other role moved during the step: a colocated server's messages to
+  // and from the other workers. In comm/sent_bytes and comm/recv_bytes only: they are not
+  // the step's operations, and their time is the server's.
+  void add_served(const ServedBytes& served) {
+    served_sent_ += static_cast<double>(served.sent);
+    served_received_ += static_cast<double>(served.received);
+  }
   bool empty() const { return ops_.empty(); }
 
   Stats stats() const;
@@ -100,8 +124,12 @@ class StepComm {
     bool untimed = false;  // add_untimed: no time, and none missing
     bool pipelined = false;  // add_pipelined
   };
+  // The point the intervals are counted from: the origin, or else the first time point held.
+  const TimePoint* reference() const;
+
   int rank_, ranks_;
   std::vector<Op> ops_;
+  double served_sent_ = 0.0, served_received_ = 0.0;  // add_served
   std::vector<std::pair<std::shared_ptr<const TimePoint>, std::shared_ptr<const TimePoint>>>
       waits_;  // add_wait
   std::shared_ptr<const TimePoint> origin_;

@@ -327,6 +327,9 @@ void PsPeerStrategy::before_forward(int64_t step) {
   if (previews_ && k > 0 && clock_ > 0) await_preview(clock_ * per_round_ - 2);
   read(whole_round_message(clock_ - k), in_sync);
   waits_.emplace_back(start, comm_->now());
+  // Exposed as DDP's wait for a slow peer is.
+  current_.add_wait(waits_.back().first, waits_.back().second);
+  if (server_) current_.add_served(server_->take_served());
 }
 
 void PsPeerStrategy::await_preview(int64_t index) {

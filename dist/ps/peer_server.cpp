@@ -159,6 +159,10 @@ torch::Tensor& PsPeerServer::grad_slot(int worker, int64_t t) {
   return grad_slots_[static_cast<size_t>(worker)][static_cast<size_t>(t % slots_)];
 }
 
+ServedBytes PsPeerServer::take_served() {
+  return {served_sent_.exchange(0), served_received_.exchange(0)};
+}
+
 void PsPeerServer::post_receives(int worker, int64_t step) {
   Incoming& in = incoming_[static_cast<size_t>(worker)];
   const PsPeerLinks& link = links_[static_cast<size_t>(worker)];
@@ -253,6 +257,10 @@ bool PsPeerServer::advance() {
       std::vector<int> all;
       for (int w = 0; w < workers_; ++w) all.push_back(w);
       average(t, all, static_cast<size_t>(workers_));
+      // The peers' pushes count once applied, with their round's messages: a step's record
+      // then holds whole rounds, whoever pushed first.
+      served_received_ += (workers_ - 1) * shard_.numel() *
+                          static_cast<int64_t>(shard_.params().element_size());
       shard_.step(round.lr);
       const torch::Tensor values = shard_.params().clone();  // the next round steps in place
       // Previews not sent yet carry the whole round: every worker's receives are posted.
@@ -315,6 +323,7 @@ void PsPeerServer::send(int64_t index, const torch::Tensor& values, Clock::time_
     const PsPeerLinks& link = links_[static_cast<size_t>(w)];
     delivery.sends.push_back(link.pull_out->send(values, link.peer, kPeerLinkTag));
     delivery.sends.back()->test();  // launches it
+    served_sent_ += static_cast<int64_t>(values.nbytes());
   }
   if (!delivery.sends.empty()) sending_.push_back(std::move(delivery));
   PsPeerHandoff message{index, values, nullptr, 0.0};

@@ -30,6 +30,7 @@
 
 #include "dist/ps/peer_links.h"
 #include "dist/ps/shard.h"
+#include "dist/step_comm.h"
 
 #include <c10/core/Event.h>
 #include <c10/core/Stream.h>
@@ -91,6 +92,9 @@ class PsPeerServer {
   // (0: none); NaN where it has none to deliver (a single worker). What a read that waits for
   // a round in progress waits for beyond the pushes themselves.
   double take_delivery_ms();
+  // The bytes of the peer workers' pushes applied, and of the messages sent to them, since
+  // the last call.
+  ServedBytes take_served();
   // Every worker has finished, every message sent has been received: the thread ends.
   void join();
 
@@ -162,6 +166,8 @@ class PsPeerServer {
   int64_t newest_ = -1;
   double delivered_ms_ = 0.0;  // since the last take_delivery_ms()
   int64_t delivered_ = 0;
+  // Since the last take_served(): written by the thread, taken by the worker.
+  std::atomic<int64_t> served_sent_{0}, served_received_{0};
   std::exception_ptr error_;
 
   std::atomic<bool> stop_{false};

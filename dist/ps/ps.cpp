@@ -494,7 +494,8 @@ void PsStrategy::apply_params(int64_t chunk) {
           .copy_(message.data.narrow(0, header, where.numel));
     }
     if (server_rank(where.server) == replies_->rank()) continue;  // from this rank's server
-    current_.add(Collective::kRecv, Traffic::kParameters,
+    // Received while polled, mostly behind compute: what the step waited for is its wait.
+    current_.add_pipelined(Collective::kRecv, Traffic::kParameters,
                  where.numel * static_cast<int64_t>(message.data.element_size()),
                  std::move(message.work), server_rank(where.server));
   }
@@ -519,6 +520,7 @@ void PsStrategy::before_forward(int64_t step) {
     first_forward_ = false;
   }
   const auto start = Clock::now();
+  const std::shared_ptr<const TimePoint> waited_from = requests_->now();
   // The freshest parameters that have arrived, then a wait for what the consistency requires.
   const int64_t required = consistency_ == Consistency::kBsp   ? clock_
                            : consistency_ == Consistency::kSsp ? clock_ - options_.staleness
@@ -554,7 +556,11 @@ void PsStrategy::before_forward(int64_t step) {
     wait_until([&] { return server_->sent(); },
                [] { return std::string("a worker did not take its parameters"); });
     apply_all_params();
+    current_.add_served(server_->take_served());
   }
+  // Exposed as DDP's wait for a slow peer is; a hierarchy's broadcasts below are exposed as
+  // blocking operations.
+  current_.add_wait(waited_from, requests_->now());
   share_params();
   wait_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   if (consistency_ != Consistency::kAsync) {

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <numeric>
 #include <thread>
+#include <utility>
 
 namespace dtrain::dist {
 
@@ -33,6 +34,8 @@ PsServer::PsServer(PsServerSetup setup, const std::vector<torch::Tensor>& params
   pushed_.assign(workers, std::vector<std::deque<torch::Tensor>>(chunks));
   free_buffers_.assign(chunks, {});
   step_lr_.assign(workers, {});
+  step_bytes_.assign(workers, {});
+  arriving_bytes_.assign(workers, 0);
   worker_done_.assign(workers, false);
   lost_.assign(workers, false);
   heard_.assign(workers, Clock::now());
@@ -84,6 +87,15 @@ double PsServer::take_decode_ms() {
   return ms;
 }
 
+void PsServer::take_push_bytes(size_t worker) {
+  if (s_.worker_ranks[worker] != s_.replies->rank()) served_.received += step_bytes_[worker].front();
+  step_bytes_[worker].pop_front();
+}
+
+ServedBytes PsServer::take_served() {
+  return std::exchange(served_, ServedBytes());
+}
+
 void PsServer::take_arrivals() {
   while (std::optional<Envelope> envelope = s_.requests->iprobe(kAnySource, kAnyTag)) {
     last_arrival_ = Clock::now();
@@ -127,6 +139,7 @@ void PsServer::take_arrivals() {
     const int64_t local = std::find(held.begin(), held.end(), chunk) - held.begin();
     DTRAIN_CHECK(local < static_cast<int64_t>(held.size()),
                  "ps server {}: a push of chunk {}, which another server holds", s_.index, chunk);
+    arriving_bytes_[worker] += envelope->bytes;
     torch::Tensor buffer =
         s_.encoded_pushes ? torch::empty({envelope->bytes}, torch::kUInt8) : buffer_for(local);
     receiving_.push_back({worker, local, s_.requests->recv_probed(*envelope, buffer), buffer});
@@ -155,7 +168,10 @@ void PsServer::take_arrivals() {
 void PsServer::handle_control(size_t worker, const torch::Tensor& message) {
   const ps::Control control = ps::Control::decode(message);
   switch (control.command) {
-    case ps::Command::kStep: step_lr_[worker].push_back(control.value); break;
+    case ps::Command::kStep:  // after the step's pushes: MPI keeps a sender's order
+      step_lr_[worker].push_back(control.value);
+      step_bytes_[worker].push_back(std::exchange(arriving_bytes_[worker], 0));
+      break;
     case ps::Command::kPull: send_chunks({worker}); break;
     case ps::Command::kSendState: send_state(worker); break;
     case ps::Command::kLoadState: load_state(worker); break;
@@ -228,6 +244,7 @@ void PsServer::apply_round() {
   }
   const double lr = step_lr_[0].front();
   for (auto& queue : step_lr_) queue.pop_front();
+  for (size_t w = 0; w < step_bytes_.size(); ++w) take_push_bytes(w);
   shard_.step(lr);
   partial_sent_ = false;
   send_chunks(all);
@@ -258,6 +275,7 @@ void PsServer::apply_push(size_t worker) {
   // One push is one worker's share of a step: W of them make one step at lr.
   const double lr = step_lr_[worker].front() / static_cast<double>(s_.worker_ranks.size());
   step_lr_[worker].pop_front();
+  take_push_bytes(worker);
   shard_.step(lr);
   send_chunks({worker});
 }
@@ -272,6 +290,9 @@ void PsServer::send_chunks(const std::vector<size_t>& workers, const torch::Tens
     ps::write_version(message, shard_.version(), partial);
     message.narrow(0, header, numel).copy_(shard_.chunk_of(from, chunk));
     for (const size_t w : workers) {
+      if (s_.worker_ranks[w] != s_.replies->rank()) {
+        served_.sent += numel * static_cast<int64_t>(message.element_size());
+      }
       send(message, s_.worker_ranks[w], ps::params_tag(chunk));
     }
   }
@@ -351,6 +372,7 @@ void PsServer::drop_worker(size_t w) {
   last_arrival_ = Clock::now();  // a decision, as good as a message: serve()'s timeout restarts
   worker_done_[w] = true;
   step_lr_[w].clear();
+  step_bytes_[w].clear();
   for (size_t local = 0; local < pushed_[w].size(); ++local) {
     for (torch::Tensor& push : pushed_[w][local]) free_buffers_[local].push_back(std::move(push));
     pushed_[w][local].clear();

@@ -32,6 +32,7 @@
 #include "dist/ps/live_workers.h"
 #include "dist/ps/plan.h"
 #include "dist/ps/shard.h"
+#include "dist/step_comm.h"
 #include "dist/strategy.h"
 
 #include <chrono>
@@ -105,6 +106,9 @@ class PsServer {
   double optimizer_state_mb() const { return shard_.optimizer_state_mb(); }
   // Milliseconds spent decoding encoded pushes since the last call.
   double take_decode_ms();
+  // The pushes applied from, and the parameters sent to, workers on other ranks since the
+  // last call (their chunks' bytes, as the workers count them; control messages are not).
+  ServedBytes take_served();
 
  private:
   // A roll call's part is received beside the pushes, under this "chunk".
@@ -145,6 +149,9 @@ class PsServer {
   // With partial_rounds: the round in progress, once all workers but one have pushed it.
   void send_partial_round();
   void apply_push(size_t worker);
+  // The oldest complete push of `worker` is applied: its bytes into served_ if it came from
+  // another rank.
+  void take_push_bytes(size_t worker);
   // Every chunk held here to `workers`: `values` laid out as the shard's parameters (none:
   // the parameters), `partial` for a round in progress.
   void send_chunks(const std::vector<size_t>& workers, const torch::Tensor& values = {},
@@ -171,6 +178,11 @@ class PsServer {
   std::vector<std::vector<torch::Tensor>> free_buffers_;  // [local chunk]: for reuse
   std::vector<Incoming> receiving_;  // pushes being received, in arrival order
   std::vector<std::deque<double>> step_lr_;  // [worker]: its complete pushes' lr, oldest first
+  // [worker]: the bytes of its complete pushes, as step_lr_, and of the one arriving. A push
+  // counts in the stats once applied, with its round: a step's record then holds whole
+  // rounds, whoever pushed first.
+  std::vector<std::deque<int64_t>> step_bytes_;
+  std::vector<int64_t> arriving_bytes_;
   std::vector<Outgoing> sending_;
   std::vector<bool> worker_done_;
   size_t next_async_ = 0;
@@ -186,6 +198,7 @@ class PsServer {
   // serve()'s timeout: the last message, or the last moment nothing was owed.
   std::chrono::steady_clock::time_point last_arrival_;
   double decode_ms_ = 0.0, total_decode_ms_ = 0.0;  // since take_decode_ms(), and in all
+  ServedBytes served_;                               // since take_served()
   int64_t decoded_ = 0;                              // pushes decoded in all
 };
 

@@ -49,24 +49,34 @@ TEST_CASE("ps over p2p: BSP equals one rank on the N-times batch", "[dist][ps]")
   CHECK(max_difference(*net, *reference) < kTolerance);
 }
 
-TEST_CASE("ps over p2p: a step's traffic is the other servers' shards, each way", "[dist][ps]") {
+TEST_CASE("ps over p2p: a step's traffic is its worker's and its server's, each way",
+          "[dist][ps]") {
   const auto options = optimizer_options("sgd");
   const Data data = make_data(world()->size());
   Net net = make_net();
   PsPeerStrategy strategy(p2p_options("bsp", 0, 7), world(), 60.0);
   strategy.attach(*net, factory(options));
   const std::vector<int64_t> numel = strategy.plan().server_numel();
-  double others = 0.0;  // bytes of the shards on other ranks (float64)
+  const int me = world()->rank();
+  // Bytes (float64) of the shards on other ranks, and the own server's shard to each other
+  // worker (or from it).
+  double others = 0.0;
   for (int s = 0; s < world()->size(); ++s) {
-    if (s != world()->rank()) others += 8.0 * static_cast<double>(numel[static_cast<size_t>(s)]);
+    if (s != me) others += 8.0 * static_cast<double>(numel[static_cast<size_t>(s)]);
   }
+  const double served = 8.0 * static_cast<double>(numel[static_cast<size_t>(me)]) *
+                        static_cast<double>(world()->size() - 1);
   for (int64_t step = 0; step < 4; ++step) {
     train(net, strategy, data, step, step + 1, options.lr);
     INFO("step " << step);
-    // Pushes: every chunk but the own shard's. Pulls: BSP reads one round a step, each
-    // counted once the next one is read.
-    CHECK(stat(strategy.stats(), "comm/sent_bytes") == others);
-    if (step >= 2) CHECK(stat(strategy.stats(), "comm/recv_bytes") == others);
+    const dtrain::dist::Stats stats = strategy.stats();
+    // The worker's pushes (every chunk but the own shard's) and the server's round of the
+    // step before, which the forward read. Pulls: BSP reads one round a step, each counted
+    // once the next one is read; the server takes the other workers' pushes of that round.
+    if (step >= 1) CHECK(stat(stats, "comm/sent_bytes") == others + served);
+    if (step >= 2) CHECK(stat(stats, "comm/recv_bytes") == others + served);
+    // The read's wait is exposed, as DDP's wait for a peer.
+    CHECK(stat(stats, "comm/exposed_ms") >= stat(stats, "ps/wait_ms") - 1e-9);
   }
   strategy.finish();
 }

@@ -148,6 +148,41 @@ TEST_CASE("ps BSP on N workers equals one rank on the N-times batch", "[dist][ps
   world()->barrier();
 }
 
+TEST_CASE("ps: a colocated rank's traffic is its worker's and its server's, each way",
+          "[dist][ps]") {
+  // Chunks of 1000 hold the net whole on server 0: rank 0's worker moves nothing off the
+  // rank, and its server all there is; chunks of 7 spread it over every server.
+  const int64_t chunk = GENERATE(7, 1000);
+  INFO("chunks of " << chunk);
+  const auto options = optimizer_options("sgd");
+  const PsOptions ps = ps_options("colocated", 1, chunk);
+  const Data data = make_data(workers(ps));
+  Net net = make_net();
+  PsStrategy strategy(ps, world(), 60.0);
+  strategy.attach(*net, factory(options));
+  const int me = world()->rank();
+  const double others = static_cast<double>(world()->size() - 1);
+  double to_others = 0.0, own = 0.0;  // bytes of the shards on other ranks, and of its own
+  for (const auto& piece : strategy.plan().chunks) {
+    (piece.server == me ? own : to_others) += 8.0 * static_cast<double>(piece.numel);
+  }
+  run(net, strategy, data, 0, 4, options.lr, [&](int64_t step) {
+    INFO("step " << step);
+    const dtrain::dist::Stats stats = strategy.stats();
+    // Pushes to the other servers and the own server's rounds to the other workers; the
+    // other servers' rounds and the other workers' pushes to the own server. A step's
+    // forward reads the round before it, which its server has sent by then.
+    if (step >= 1) {
+      CHECK(stat(stats, "comm/sent_bytes") == to_others + own * others);
+      CHECK(stat(stats, "comm/recv_bytes") == to_others + own * others);
+    }
+    // The wait for parameters is the step's exposed communication, as DDP's wait for a peer.
+    CHECK(stat(stats, "comm/exposed_ms") >= stat(stats, "ps/wait_ms") - 0.05);
+    CHECK(stat(stats, "comm/exposed_ms") <= stat(stats, "comm/ms") + 1e-9);
+  });
+  world()->barrier();
+}
+
 TEST_CASE("ps async with one worker takes one process's steps", "[dist][ps]") {
   // One push per step, applied at lr / 1 on arrival, on the other ranks as dedicated servers
   // (each tensor whole on one of them, on the CPU): the single-process run, with every

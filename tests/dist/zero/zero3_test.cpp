@@ -126,9 +126,33 @@ TEST_CASE("Gradient traffic after backward is exposed only while it is in flight
   // Launched after a gap in which nothing was in flight (the host busy elsewhere).
   record.add(Collective::kAllReduce, Traffic::kGradients, 1024, std::make_unique<Ran>(20, 21));
   const dtrain::dist::Stats stats = record.stats();
-  CHECK(stat(stats, "comm/ms") == 6.0 + 7.0 + 2.0 + 1.0);
+  // In flight from 2 to 14 and from 20 to 21, not 6 + 7 + 2 + 1.
+  CHECK(stat(stats, "comm/ms") == 12.0 + 1.0);
   // Hidden behind backward; 10 to 14 once, not 3 + 2; 1 of the last, not the gap before it.
   CHECK(stat(stats, "comm/exposed_ms") == 0.0 + 4.0 + 1.0);
+}
+
+TEST_CASE("Operations in flight together count once in the time and the bandwidth",
+          "[dist][zero]") {
+  // DDP without overlap: 5 buckets launched together after backward, each in flight for most
+  // of the 20 ms they took together (summed, 77.5 ms against 19.7 spent).
+  using dtrain::dist::Collective;
+  using dtrain::dist::Traffic;
+  dtrain::dist::StepComm record(0, 2, moment(0));
+  record.set_backward_end(moment(10));
+  for (int b = 0; b < 5; ++b) {
+    record.add(Collective::kAllReduce, Traffic::kGradients, 1000, std::make_unique<Ran>(10 + b, 30));
+  }
+  // A buffer broadcast beside a blocking gather, and a wait that overlaps the gather.
+  record.add(Collective::kBroadcast, Traffic::kSmall, 8, std::make_unique<Ran>(40, 42));
+  record.add(Collective::kAllGather, Traffic::kParameters, 1000, std::make_unique<Ran>(41, 45));
+  record.add_wait(moment(44), moment(50));
+  const dtrain::dist::Stats stats = record.stats();
+  CHECK(stat(stats, "comm/ms") == 20.0 + 10.0);
+  CHECK(stat(stats, "comm/exposed_ms") == 20.0 + 10.0);
+  // nccl-tests' busbw: the bulk traffic's bytes x factor over the time it was in flight
+  // (10 to 30, 41 to 45), the small broadcast and the wait left out.
+  CHECK(stat(stats, "comm/busbw_gbps") == Approx((5 * 1000.0 + 1000.0 / 2) / 24e-3 / 1e9));
 }
 
 TEST_CASE("Pipelined operations count within their step, and only its waits are exposed",
