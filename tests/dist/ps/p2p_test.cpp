@@ -75,8 +75,10 @@ TEST_CASE("ps over p2p: a step's traffic is its worker's and its server's, each 
     // once the next one is read; the server takes the other workers' pushes of that round.
     if (step >= 1) CHECK(stat(stats, "comm/sent_bytes") == others + served);
     if (step >= 2) CHECK(stat(stats, "comm/recv_bytes") == others + served);
-    // The read's wait is exposed, as DDP's wait for a peer.
-    CHECK(stat(stats, "comm/exposed_ms") >= stat(stats, "ps/wait_ms") - 1e-9);
+    // The read's wait is exposed, as DDP's wait for a peer. The two figures come by different
+    // subtractions of the same time points, which on GPUs are CUDA events, whose elapsed
+    // times are floats of about half a microsecond's resolution.
+    CHECK(stat(stats, "comm/exposed_ms") >= stat(stats, "ps/wait_ms") - 1e-3);
   }
   strategy.finish();
 }
