@@ -137,6 +137,7 @@ class Trainer {
       }
     }
     if (step_ == s_.total_steps) {
+      resumed_finished_ = true;
       log::info("the run had finished: step {} of {}; nothing left to train", step_,
                 s_.total_steps);
       // A checkpoint from before the end's evaluation (a run continued with a lower
@@ -500,7 +501,9 @@ class Trainer {
       log::info("train.cuda_graph: {} steps replayed, {} run eagerly (batches of another shape)",
                 graphed_->replays(), graphed_->eager_runs());
     }
-    const double seconds = train_seconds_before_ + seconds_since(session_start_);
+    // A run resumed finished adds nothing: this session trained no step.
+    const double seconds =
+        train_seconds_before_ + (resumed_finished_ ? 0.0 : seconds_since(session_start_));
     const int signal = step_ < s_.total_steps ? stop_signal_ : 0;
     if (signal == 0) {
       metrics_.write("final", step_,
@@ -536,6 +539,7 @@ class Trainer {
   int stop_signal_ = 0;  // agreed by every rank at a report
   EvalResult last_eval_;
   double train_seconds_before_ = 0.0;  // earlier sessions of a resumed run
+  bool resumed_finished_ = false;       // resumed at the run's last step
   Clock::time_point session_start_;
   Clock::time_point interval_start_;
   double left_out_seconds_ = 0.0;  // of the interval: its checkpoints' and evaluations'

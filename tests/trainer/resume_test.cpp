@@ -210,6 +210,10 @@ TEST_CASE("resuming a finished run trains nothing and reports its stored result"
   CHECK(result.test_accuracy == straight().result.test_accuracy);
   CHECK(result.test_loss == straight().result.test_loss);
   CHECK(records(run) == kStraightRecords);
+  // Its training time is the checkpoint's: this session trained nothing.
+  const auto info = dtrain::trainer::Checkpointer::read_info(
+      (run / "checkpoints" / "step_00000012").string());
+  CHECK(result.train_seconds == info.train_seconds);
 }
 
 TEST_CASE("--resume takes a run directory and continues its newest checkpoint", "[resume]") {
