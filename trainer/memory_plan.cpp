@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "data/dataset.h"
+#include "dist/factory.h"
 #include "dist/memory_model.h"
 #include "dist/placement.h"
 #include "dist/ps/plan.h"
@@ -79,7 +80,7 @@ std::string rank_table(const dist::MemoryPrediction& prediction) {
   };
   std::string text = fmt::format("  {:<10} {:>12} {:>12} {:>12}{}{} {:>12}{}\n", "rank",
                                  "parameters", "gradients", "optimizer",
-                                 column(any_codec, "codec state"), column(any_slots, "ssp slots"),
+                                 column(any_codec, "codec state"), column(any_slots, "ps slots"),
                                  "total", column(any_host, "of it host"));
   const auto same = [](const dist::ModelStateBytes& a, const dist::ModelStateBytes& b) {
     return a.parameters == b.parameters && a.gradients == b.gradients &&
@@ -209,7 +210,7 @@ std::string describe_world(const Config& config, const dist::ModelStateInput& in
   std::string text = fmt::format(
       "{} rank(s), as planned (none started) | strategy {}\n"
       "global batch {} ({} rank(s) x {} x {} micro-steps) | {} steps/epoch\n",
-      world_size, dist::strategy_name(config.dist.strategy), global_batch, data_ranks,
+      world_size, dist::describe_strategy(config.dist), global_batch, data_ranks,
       config.data.batch_size, config.train.grad_accum, steps_per_epoch);
   if (config.dist.strategy == dist::StrategyKind::kPs) {
     const dist::PsOptions& ps = config.dist.ps;

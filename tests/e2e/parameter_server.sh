@@ -181,7 +181,7 @@ train 2 slots_too_large --set dist.ps.transport=collectives --set dist.ps.stalen
   { cat "$work/slots_too_large.log"; fail "slots past the memory"; }
 "$trainer" --config "$config" --set dist.ps.transport=p2p --set dist.ps.staleness=1000 \
   --dry-run --world-size 3 >"$work/slots_dry.log" 2>&1 &&
-  grep -q "ssp slots" "$work/slots_dry.log" && grep -Eq "^  0-1 .* 66[0-9]\.[0-9]+ " "$work/slots_dry.log" ||
+  grep -q "ps slots" "$work/slots_dry.log" && grep -Eq "^  0-1 .* 66[0-9]\.[0-9]+ " "$work/slots_dry.log" ||
   { cat "$work/slots_dry.log"; fail "the dry run does not count the SSP slots"; }
 # Settings past what they can do, warned of in one line, in the dry run too.
 for setting in "dist.ps.previews=4096" "dist.ps.sync_steps=1000000"; do
