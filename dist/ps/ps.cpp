@@ -141,6 +141,10 @@ PsStrategy::PsStrategy(PsOptions options, std::shared_ptr<Communicator> world, d
                     "OMPI_MCA_orte_enable_recovery=1): without it mpirun ends the whole job when "
                     "one rank dies");
   }
+  if (options_.tolerate_worker_loss && rank == 0 && std::getenv("DTRAIN_EXIT_CODES") == nullptr) {
+    log::warn("mpirun --enable-recovery exits 0 whatever its ranks' exit codes: launch with "
+              "scripts/mpirun.sh, which exits with the largest, or check the run's final record");
+  }
   const bool is_server = !dedicated || !is_worker_;
   requests_ = mpi_world->dup();
   replies_ = mpi_world->dup();
