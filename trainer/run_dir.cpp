@@ -108,10 +108,13 @@ void remove_unstarted_run(const std::string& run_dir, int rank) {
 
 ResumeFrom resume_from(const std::string& run_dir, const std::string& path) {
   if (path.empty()) return run_checkpoints(run_dir);
-  if (!fs::exists(path)) throw UserError(fmt::format("--resume {}: no such file or directory", path));
+  if (!fs::exists(path)) {
+    throw UserError(fmt::format("--resume {}: no such file or directory", path));
+  }
   if (fs::exists(fs::path(path) / "DONE")) return {{path}, false, ""};
   // A run's checkpoints/ folder: its run.
-  const fs::path folder = fs::path(path).has_filename() ? fs::path(path) : fs::path(path).parent_path();
+  const fs::path folder =
+      fs::path(path).has_filename() ? fs::path(path) : fs::path(path).parent_path();
   if (folder.filename() == "checkpoints" && fs::is_directory(folder)) {
     return run_checkpoints(folder.parent_path());
   }

@@ -105,7 +105,8 @@ class Trainer {
       checkpointer_.remove_partial();
       checkpointer_.set_aside_incomplete();
     }
-    const std::optional<Resumed> resumed = load_first_loadable(from, config_, *s_.strategy, s_.device);
+    const std::optional<Resumed> resumed =
+        load_first_loadable(from, config_, *s_.strategy, s_.device);
     if (!resumed) {
       log::info("--resume: no complete checkpoint in {}; starting from step 0", from.where);
       metrics_.resume_at(0);
@@ -456,7 +457,8 @@ class Trainer {
     }
     last_checkpoint_step_ = step_;
     CheckpointInfo info = checkpoint_info();
-    if (interval_first_step_ < step_) {  // the interval's losses so far, as report_step reduces them
+    // The interval's losses so far, reduced as report_step reduces them.
+    if (interval_first_step_ < step_) {
       torch::Tensor loss_sum = loss_sum_.to(torch::kFloat64);
       s_.strategy->reduce_metrics(loss_sum, dist::ReduceOp::kAverage);
       info.interval_loss_sum = to_host(loss_sum).item<double>();
@@ -539,7 +541,7 @@ class Trainer {
   int stop_signal_ = 0;  // agreed by every rank at a report
   EvalResult last_eval_;
   double train_seconds_before_ = 0.0;  // earlier sessions of a resumed run
-  bool resumed_finished_ = false;       // resumed at the run's last step
+  bool resumed_finished_ = false;      // resumed at the run's last step
   Clock::time_point session_start_;
   Clock::time_point interval_start_;
   double left_out_seconds_ = 0.0;  // of the interval: its checkpoints' and evaluations'

@@ -88,7 +88,9 @@ double PsServer::take_decode_ms() {
 }
 
 void PsServer::take_push_bytes(size_t worker) {
-  if (s_.worker_ranks[worker] != s_.replies->rank()) served_.received += step_bytes_[worker].front();
+  if (s_.worker_ranks[worker] != s_.replies->rank()) {
+    served_.received += step_bytes_[worker].front();
+  }
   step_bytes_[worker].pop_front();
 }
 

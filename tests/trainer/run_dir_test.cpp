@@ -95,7 +95,8 @@ TEST_CASE("--resume offers a checkpoint, or a run's checkpoints newest first", "
   CHECK(one.checkpoints == std::vector<std::string>{newest_first[1]});
   CHECK_FALSE(one.fall_back);
   // Its checkpoints/ folder stands for the run.
-  for (const std::string& folder : {(run / "checkpoints").string(), (run / "checkpoints/").string()}) {
+  for (const std::string& folder :
+       {(run / "checkpoints").string(), (run / "checkpoints/").string()}) {
     CHECK(dtrain::trainer::resume_from("elsewhere", folder).checkpoints == newest_first);
   }
   CHECK_THROWS_WITH(dtrain::trainer::resume_from("elsewhere", (run / "missing").string()),

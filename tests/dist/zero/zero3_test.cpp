@@ -141,7 +141,8 @@ TEST_CASE("Operations in flight together count once in the time and the bandwidt
   dtrain::dist::StepComm record(0, 2, moment(0));
   record.set_backward_end(moment(10));
   for (int b = 0; b < 5; ++b) {
-    record.add(Collective::kAllReduce, Traffic::kGradients, 1000, std::make_unique<Ran>(10 + b, 30));
+    record.add(Collective::kAllReduce, Traffic::kGradients, 1000,
+               std::make_unique<Ran>(10 + b, 30));
   }
   // A buffer broadcast beside a blocking gather, and a wait that overlaps the gather.
   record.add(Collective::kBroadcast, Traffic::kSmall, 8, std::make_unique<Ran>(40, 42));
